@@ -1,0 +1,232 @@
+"""Probes that run LLaMA-Factory's own code in the "stack" worker (GPUs hidden).
+
+They reuse LLaMA-Factory rather than re-implementing it: its argument dataclasses and
+``HfArgumentParser`` for the lint, ``get_train_args`` for its own validation, ``TEMPLATES`` and
+``get_template_and_fix_tokenizer`` for the template-token check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import typing
+from typing import Any
+
+
+def _describe_type(tp: Any) -> dict[str, Any]:
+    """JSON description of a dataclass field type: kind, optional, strict choices."""
+    origin = typing.get_origin(tp)
+    args = list(typing.get_args(tp))
+    optional = False
+    if origin in (typing.Union,) or type(tp).__name__ == "UnionType":
+        optional = type(None) in args
+        args = [a for a in args if a is not type(None)]
+        if len(args) == 1:
+            d = _describe_type(args[0])
+            d["optional"] = d.get("optional", False) or optional
+            return d
+        kinds = sorted({_describe_type(a)["kind"] for a in args})
+        return {"kind": "|".join(kinds), "optional": optional}
+    if origin is typing.Literal:
+        return {"kind": "str", "choices": [str(a) for a in args], "optional": False}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return {"kind": "str", "choices": [str(m.value) for m in tp], "optional": False}
+    if tp is bool:
+        return {"kind": "bool", "optional": False}
+    if tp is int:
+        return {"kind": "int", "optional": False}
+    if tp is float:
+        return {"kind": "float", "optional": False}
+    if tp is str:
+        return {"kind": "str", "optional": False}
+    if origin in (list, tuple) or tp in (list, tuple):
+        return {"kind": "list", "optional": False}
+    if origin is dict or tp is dict:
+        return {"kind": "dict", "optional": False}
+    return {"kind": "any", "optional": False}
+
+
+def probe_lf_schema() -> dict[str, Any]:
+    """The fields LLaMA-Factory's train parser accepts, its dependency pins and template names."""
+    import importlib.metadata as md
+    import inspect
+
+    from llamafactory.data.template import TEMPLATES
+    from llamafactory.extras import misc
+    from llamafactory.hparams.parser import _TRAIN_ARGS
+
+    fields: dict[str, Any] = {}
+    for cls in _TRAIN_ARGS:
+        for f in dataclasses.fields(cls):
+            if not f.init:
+                continue
+            d = _describe_type(f.type)
+            d["dataclass"] = cls.__name__
+            if f.default is not dataclasses.MISSING:
+                default = f.default.value if isinstance(f.default, enum.Enum) else f.default
+                d["default"] = default if isinstance(default, (str, int, float, bool, type(None))) else str(default)
+            fields[f.name] = d
+    ranges: dict[str, str] = {}
+    try:
+        src = inspect.getsource(misc.check_dependencies)
+        for req in re.findall(r'check_version\(\s*"([^"]+)"', src):
+            m = re.match(r"([A-Za-z0-9_.\-]+)(.*)", req)
+            if m and m.group(2):
+                ranges[m.group(1)] = m.group(2)
+    except (OSError, TypeError):
+        pass
+    return {"llamafactory": md.version("llamafactory"), "fields": fields,
+            "dependency_ranges": ranges, "templates": sorted(TEMPLATES)}
+
+
+_PRECISION_KEYS = ("bf16", "fp16", "pure_bf16")
+
+
+def probe_lf_parse(config_path: str) -> dict[str, Any]:
+    """Parse the config exactly as ``llamafactory-cli train cfg.yaml`` does, then run its validation.
+
+    Precision and DeepSpeed keys are judged by our own checks (this worker has no GPU, which
+    would make transformers' precision checks answer for the wrong device); they are removed
+    only for the validation pass, never for the unknown-key pass.
+    """
+    import logging
+    import os
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+    from transformers import HfArgumentParser
+
+    from llamafactory.hparams.parser import _TRAIN_ARGS, get_train_args
+
+    args = OmegaConf.to_container(OmegaConf.load(Path(config_path).absolute()))
+    out: dict[str, Any] = {"unknown_keys": [], "parse_error": None, "validate_error": None, "warnings": []}
+    if not isinstance(args, dict):
+        out["parse_error"] = "config is not a mapping"
+        return out
+    parser = HfArgumentParser(_TRAIN_ARGS)
+    # HfArgumentParser.parse_dict accepts only init fields: device_map exists but is init=False
+    known = {f.name for cls in _TRAIN_ARGS for f in dataclasses.fields(cls) if f.init}
+    out["unknown_keys"] = sorted(k for k in args if k not in known)
+    clean = {k: v for k, v in args.items() if k in known}
+    try:
+        parser.parse_dict({k: v for k, v in clean.items() if k not in _PRECISION_KEYS}, allow_extra_keys=True)
+    except Exception as e:
+        out["parse_error"] = f"{type(e).__name__}: {e}"
+        return out
+    # LLaMA-Factory's own validation (get_train_args), with its warnings captured
+    records: list[str] = []
+
+    class _Grab(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.levelno >= logging.WARNING:
+                records.append(record.getMessage())
+
+    grab = _Grab()
+    logging.getLogger("llamafactory").addHandler(grab)
+    validate = {k: v for k, v in clean.items() if k not in _PRECISION_KEYS and k != "deepspeed"}
+    os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # versions are judged by the torch check
+    try:
+        model_args, data_args, training_args, finetuning_args, _ = get_train_args(validate)
+        out["resolved"] = {
+            "resume_from_checkpoint": training_args.resume_from_checkpoint,
+            "output_dir": training_args.output_dir,
+            "stage": finetuning_args.stage,
+            "finetuning_type": finetuning_args.finetuning_type,
+            "template": data_args.template,
+        }
+    except Exception as e:
+        out["validate_error"] = f"{type(e).__name__}: {e}"
+    finally:
+        logging.getLogger("llamafactory").removeHandler(grab)
+    out["warnings"] = records[:20]
+    return out
+
+
+# ---------------------------------------------------------------- template tokens
+
+_SPECIAL = re.compile(r"<\|[^|<>]{1,40}\|>|<[A-Za-z_][\w/.-]{0,30}>|\[/?[A-Z_]{2,20}\]")
+
+
+def _slot_tokens(template: Any) -> tuple[list[str], list[str], set[str]]:
+    """(special-looking strings inside string slots, explicit {"token": x} slots, {bos/eos} sets)."""
+    strs: list[str] = []
+    toks: list[str] = []
+    sets: set[str] = set()
+    for attr in ("format_user", "format_assistant", "format_system", "format_observation",
+                 "format_function", "format_prefix"):
+        fmt = getattr(template, attr, None)
+        for slot in getattr(fmt, "slots", None) or []:
+            if isinstance(slot, str):
+                strs += _SPECIAL.findall(slot.replace("{{content}}", "\x00"))
+            elif isinstance(slot, dict) and slot.get("token"):
+                toks.append(slot["token"])
+            elif isinstance(slot, set):
+                sets |= slot
+    return list(dict.fromkeys(strs)), list(dict.fromkeys(toks)), sets
+
+
+def _known(tokenizer: Any, tok: str) -> tuple[bool, list[int]]:
+    ids = tokenizer.encode(tok, add_special_tokens=False)
+    tid = tokenizer.convert_tokens_to_ids(tok)
+    single = len(ids) == 1 and tid is not None and tid != tokenizer.unk_token_id
+    return single, ids
+
+
+def template_tokens_report(tokenizer: Any, template: Any) -> dict[str, Any]:
+    strs, toks, sets = _slot_tokens(template)
+    rep: dict[str, Any] = {"tokens": [], "stop_words": []}
+    for t in strs + toks:
+        single, ids = _known(tokenizer, t)
+        rep["tokens"].append({"token": t, "ids": ids[:8], "single": single})
+    for t in template.stop_words or []:
+        single, ids = _known(tokenizer, t)
+        rep["stop_words"].append({"token": t, "ids": ids[:8], "single": single})
+    rep["needs_bos"] = "bos_token" in sets
+    rep["needs_eos"] = "eos_token" in sets or not template.efficient_eos
+    return rep
+
+
+def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int | None,
+                          resize_vocab: bool = False) -> dict[str, Any]:
+    """Load the local tokenizer, run LLaMA-Factory's template fix on it, and report every token."""
+    from transformers import AutoTokenizer
+
+    from llamafactory.data.template import TEMPLATES, get_template_and_fix_tokenizer
+    from llamafactory.hparams import DataArguments
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+    before = len(tokenizer)
+    out: dict[str, Any] = {"tokenizer_len": before, "model_vocab": model_vocab,
+                           "eos": tokenizer.eos_token, "pad": tokenizer.pad_token, "bos": tokenizer.bos_token,
+                           "has_chat_template": isinstance(getattr(tokenizer, "chat_template", None), str),
+                           "template": template}
+    chat = tokenizer.chat_template if out["has_chat_template"] else ""
+    if template is not None and template not in TEMPLATES:
+        out["error"] = f"Template {template} does not exist."
+    else:
+        tpl_obj = TEMPLATES[template] if template else None
+        if tpl_obj is not None:
+            out["report"] = template_tokens_report(tokenizer, tpl_obj)
+        vocab_before = dict(tokenizer.get_vocab())
+        get_template_and_fix_tokenizer(tokenizer, DataArguments(template=template))
+        added = {t: i for t, i in tokenizer.get_vocab().items() if t not in vocab_before}
+        out["added_tokens"] = [{"token": t, "id": i} for t, i in sorted(added.items(), key=lambda x: x[1])]
+        out["eos_after"] = tokenizer.eos_token
+        out["pad_after"] = tokenizer.pad_token
+    # which templates fit this tokenizer: all their special tokens known, most of them in the chat template
+    fits = []
+    fresh = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+    for name, tpl in TEMPLATES.items():
+        strs, toks, _ = _slot_tokens(tpl)
+        cands = list(dict.fromkeys(strs + toks + list(tpl.stop_words or [])))
+        if not cands:
+            continue
+        known = [t for t in cands if _known(fresh, t)[0]]
+        if len(known) != len(cands):
+            continue
+        in_chat = sum(1 for t in cands if t in chat)
+        fits.append({"name": name, "tokens": len(cands), "in_chat_template": in_chat})
+    fits.sort(key=lambda f: (-f["in_chat_template"], -f["tokens"], len(f["name"])))
+    out["fitting_templates"] = fits[:12]
+    return out

@@ -1,0 +1,104 @@
+"""Special tokens of the chosen LLaMA-Factory template against the model's own tokenizer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from doctor.context import Context
+from doctor.findings import Finding, Severity, make
+from doctor.runner import check, probe_failure
+from doctor.worker import ProbeSpec
+
+AREA = "template"
+
+# markers of a tokenizer's chat template → template family (used to name the right template)
+FAMILY_MARKERS = [
+    ("<|start_header_id|>", "llama3"), ("<|im_start|>", "qwen"), ("[INST]", "llama2"),
+    ("<start_of_turn>", "gemma"), ("<|user|>", "glm4"), ("<｜User｜>", "deepseek3"),
+]
+
+
+def _probes(ctx: Context) -> list[ProbeSpec]:
+    d = ctx.model_dir()
+    if d is None:
+        return []
+    mc = ctx.model_config() or {}
+    return [ProbeSpec("template_tokens", "checks.lf_probes", "probe_template_tokens",
+                      {"model_dir": str(d), "template": ctx.cfg("template"),
+                       "model_vocab": mc.get("vocab_size"), "resize_vocab": bool(ctx.cfg("resize_vocab"))},
+                      timeout=ctx.options.timeout, group="stack")]
+
+
+def suggest(data: dict[str, Any], model_type: str | None) -> str | None:
+    """The template that fits the tokenizer best; prefers the model type's own name (qwen3 for qwen3)."""
+    fits = [f for f in data.get("fitting_templates") or [] if f["in_chat_template"] > 0] or []
+    if not fits:
+        return None
+    top = fits[0]["in_chat_template"]
+    best = [f["name"] for f in fits if f["in_chat_template"] == top]
+    if model_type:
+        for n in best:
+            if n == model_type or n == f"{model_type}_nothink":
+                return n
+        for n in best:
+            if n.startswith(model_type.rstrip("0123456789")):
+                return n
+    return best[0]
+
+
+def judge(data: dict[str, Any], model_type: str | None, resize_vocab: bool) -> list[Finding]:
+    out: list[Finding] = []
+    tpl = data.get("template")
+    if data.get("error"):
+        return []  # unknown template: reported by the config lint (CFG006)
+    rep = data.get("report") or {"tokens": [], "stop_words": []}
+    split = [t for t in rep["tokens"] if not t["single"]]
+    missing_stop = [t for t in rep["stop_words"] if not t["single"]]
+    better = suggest(data, model_type)
+    if (split or missing_stop) and better and better != tpl:
+        bad = ", ".join(t["token"] for t in split + missing_stop)
+        out.append(make("TPL003", AREA, f"template `{tpl}` does not match this tokenizer; use `{better}`",
+                        f"The tokenizer does not know {bad} as single tokens; its chat template uses the "
+                        f"tokens of `{better}`" + (f" (model_type {model_type})" if model_type else "") + ".",
+                        template=tpl, suggested=better, unknown=[t["token"] for t in split + missing_stop]))
+    for t in split:
+        out.append(make("TPL001", AREA, f"`{t['token']}` of template `{tpl}` splits into {len(t['ids'])} ids",
+                        f"ids {t['ids']}: it would be trained as plain text.", token=t["token"], ids=t["ids"]))
+    vocab = data.get("model_vocab")
+    for a in data.get("added_tokens") or []:
+        beyond = vocab is not None and a["id"] >= vocab
+        if beyond and not resize_vocab:
+            out.append(make("TPL002", AREA, f"`{a['token']}` would be added as id {a['id']} ≥ embedding size {vocab}",
+                            "LLaMA-Factory adds it as a new special token; without `resize_vocab: true` the id "
+                            "indexes past the embedding matrix (device-side assert / index error).",
+                            token=a["token"], id=a["id"], model_vocab=vocab))
+        else:
+            out.append(make("TPL002", AREA, f"`{a['token']}` would be added as a new token (id {a['id']})",
+                            f"The id fits the embedding ({vocab}) but its row is untrained"
+                            + ("; resize_vocab is on" if resize_vocab else "") + ".",
+                            severity=Severity.WARNING, token=a["token"], id=a["id"], model_vocab=vocab))
+    if data.get("pad") is None:
+        out.append(make("TPL005", AREA, "The tokenizer has no pad token",
+                        f"LLaMA-Factory will use the eos token `{data.get('pad_after')}` as pad."))
+    if not [f for f in out if f.severity in (Severity.ERROR, Severity.WARNING)]:
+        n = len(rep["tokens"]) + len(rep["stop_words"])
+        out.append(make("TPL000", AREA, f"template `{tpl}`: {n} special token(s), each one known id",
+                        f"eos after LLaMA-Factory's fix: {data.get('eos_after')}",
+                        tokens=[t["token"] for t in rep["tokens"] + rep["stop_words"]]))
+    return out
+
+
+@check(AREA, needs_config=True, probes=_probes, order=30)
+def template_tokens(ctx: Context) -> list[Finding]:
+    if ctx.model_dir() is None:
+        m = ctx.cfg("model_name_or_path")
+        return [make("TPL004", AREA, "Template tokens not checked: model is not a local directory",
+                     f"model_name_or_path = {m!r}; no Hub access is attempted.")]
+    res = ctx.probes.get("template_tokens")
+    if res is None or not res.ok:
+        f = probe_failure(res, AREA)
+        if res is not None and res.status in ("error", "import_error"):
+            return [make("TPL004", AREA, "Tokenizer or template could not be loaded", res.error, **res.evidence())]
+        return f
+    mc = ctx.model_config() or {}
+    return judge(res.data, mc.get("model_type"), bool(ctx.cfg("resize_vocab")))

@@ -1,0 +1,320 @@
+"""torch build: importable, backend vs the GPUs present, gfx arch vs the wheel, HIP vs system ROCm,
+companion wheels, HSA override, device files, visible-device variables, library ranges."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from doctor import system
+from doctor.context import Context
+from doctor.findings import Finding, make
+from doctor.runner import check, probe_failure
+from doctor.worker import ProbeSpec
+
+AREA = "torch"
+
+# ---------------------------------------------------------------- probes (run in the worker)
+
+
+def probe_torch() -> dict[str, Any]:
+    """Import torch once and describe the build and the visible devices."""
+    import time
+
+    t0 = time.perf_counter()
+    import torch
+
+    info: dict[str, Any] = {"import_s": round(time.perf_counter() - t0, 3), "version": torch.__version__,
+                            "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
+                            "devices": [], "arch_list": []}
+    try:
+        info["available"] = bool(torch.cuda.is_available())
+        info["count"] = torch.cuda.device_count() if info["available"] else 0
+    except Exception as e:  # e.g. "HIP_VISIBLE_DEVICES contains more devices than ROCR_VISIBLE_DEVICES"
+        info["available"], info["count"], info["init_error"] = False, 0, f"{type(e).__name__}: {e}"
+    try:
+        info["arch_list"] = list(torch.cuda.get_arch_list())
+    except Exception:
+        info["arch_list"] = []
+    for i in range(info["count"]):
+        p = torch.cuda.get_device_properties(i)
+        raw = getattr(p, "gcnArchName", "") or ""
+        arch = raw.split(":")[0] if info["hip"] else f"sm_{p.major}{p.minor}"
+        info["devices"].append({"index": i, "name": p.name, "arch": arch, "gcnArchName": raw,
+                                "total_mib": round(p.total_memory / 2**20), "cus": p.multi_processor_count})
+    try:
+        info["blas"] = str(torch.backends.cuda.preferred_blas_library()) if info["count"] else None
+    except Exception:
+        info["blas"] = None
+    return info
+
+
+def probe_companions() -> dict[str, Any]:
+    """torchvision / torchaudio: versions and whether they import beside this torch."""
+    import importlib
+    import importlib.metadata as md
+
+    out: dict[str, Any] = {}
+    for name in ("torchvision", "torchaudio"):
+        try:
+            ver = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+            continue
+        entry: dict[str, Any] = {"version": ver}
+        try:
+            importlib.import_module(name)
+            entry["import_ok"] = True
+        except Exception as e:
+            entry["import_ok"], entry["error"] = False, f"{type(e).__name__}: {str(e)[:300]}"
+        out[name] = entry
+    return out
+
+
+def probe_libs() -> dict[str, Any]:
+    """Versions of the training stack, from metadata only (nothing imported)."""
+    import importlib.metadata as md
+
+    out = {}
+    for name in ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "llamafactory",
+                 "deepspeed", "bitsandbytes", "flash_attn", "amdsmi", "tokenizers"):
+        try:
+            out[name] = md.version(name.replace("_", "-")) if name != "flash_attn" else md.version("flash_attn")
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _probes(ctx: Context) -> list[ProbeSpec]:
+    return [ProbeSpec("torch", "checks.torch_build", "probe_torch", timeout=ctx.options.timeout),
+            ProbeSpec("companions", "checks.torch_build", "probe_companions", timeout=60),
+            ProbeSpec("libs", "checks.torch_build", "probe_libs", timeout=30, group="stack")]
+
+
+# ---------------------------------------------------------------- pure verdict logic
+
+_GENERIC = {
+    "gfx9-generic": {"gfx900", "gfx902", "gfx904", "gfx906", "gfx909", "gfx90c"},
+    "gfx9-4-generic": {"gfx940", "gfx941", "gfx942", "gfx950"},
+    "gfx10-1-generic": {"gfx1010", "gfx1011", "gfx1012", "gfx1013"},
+    "gfx10-3-generic": {f"gfx103{i}" for i in range(7)},
+    "gfx11-generic": {"gfx1100", "gfx1101", "gfx1102", "gfx1103", "gfx1150", "gfx1151", "gfx1152", "gfx1153"},
+    "gfx12-generic": {"gfx1200", "gfx1201"},
+}
+
+
+def arch_supported(arch: str, arch_list: list[str]) -> bool:
+    """``arch`` in torch's arch list, accepting LLVM's family-generic targets (gfx11-generic ...)."""
+    if arch in arch_list:
+        return True
+    return any(arch in _GENERIC.get(a, ()) for a in arch_list)
+
+
+def override_to_arch(value: str) -> str | None:
+    """HSA_OVERRIDE_GFX_VERSION ``major.minor.stepping`` → gfx name (stepping in hex: 9.0.10 = gfx90a)."""
+    m = re.fullmatch(r"\s*(\d+)\.(\d+)\.(\d+)\s*", value or "")
+    if not m:
+        return None
+    return f"gfx{int(m.group(1))}{int(m.group(2))}{int(m.group(3)):x}"
+
+
+def _backend(info: dict[str, Any]) -> str:
+    if info.get("hip"):
+        return "rocm"
+    if info.get("cuda"):
+        return "cuda"
+    return "cpu"
+
+
+def _wheel_tag(ver: str) -> str | None:
+    m = re.search(r"\+(rocm|cu|cpu)", ver or "")
+    return {"rocm": "rocm", "cu": "cuda", "cpu": "cpu"}[m.group(1)] if m else None
+
+
+def _parse_visible(v: str | None) -> list[str] | None:
+    if v is None:
+        return None
+    v = v.strip()
+    return [x.strip() for x in v.split(",") if x.strip()] if v else []
+
+
+def judge_visible_devices(env: dict[str, str], n_system: int, backend: str) -> list[Finding]:
+    out = []
+    rocr = _parse_visible(env.get("ROCR_VISIBLE_DEVICES"))
+    hip = _parse_visible(env.get("HIP_VISIBLE_DEVICES"))
+    cuda = _parse_visible(env.get("CUDA_VISIBLE_DEVICES"))
+    ev = {k: env[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if k in env}
+    if backend == "rocm" or (backend != "cuda" and (rocr is not None or hip is not None)):
+        if rocr is not None and hip is not None and len(hip) > len(rocr):
+            out.append(make("TORCH008", AREA, "HIP_VISIBLE_DEVICES lists more GPUs than ROCR_VISIBLE_DEVICES",
+                            "ROCR filters first; torch raises `HIP_VISIBLE_DEVICES contains more devices than "
+                            "ROCR_VISIBLE_DEVICES` at init.", severity=None, **ev))
+        if hip is not None and cuda is not None and hip != cuda:
+            out.append(make("TORCH008", AREA, "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree",
+                            "On ROCm HIP_VISIBLE_DEVICES wins; the CUDA_VISIBLE_DEVICES value is ignored, "
+                            "which is rarely what was meant.", **ev))
+    for name, vals in (("ROCR_VISIBLE_DEVICES", rocr), ("HIP_VISIBLE_DEVICES", hip), ("CUDA_VISIBLE_DEVICES", cuda)):
+        if vals is None:
+            continue
+        if vals == [] or vals == ["-1"]:
+            if n_system:
+                out.append(make("TORCH008", AREA, f"{name} hides every GPU",
+                                f"{name}={env.get(name)!r} leaves torch no GPU although {n_system} exist.", **ev))
+            continue
+        if n_system:
+            bad = [v for v in vals if v.isdigit() and int(v) >= n_system]
+            if bad:
+                out.append(make("TORCH008", AREA, f"{name} names GPUs that do not exist",
+                                f"{name}={env.get(name)!r} but the machine has {n_system} GPU(s) "
+                                f"(indices 0..{n_system - 1}); index {', '.join(bad)} is out of range.", **ev))
+    return out
+
+
+def judge_hsa_override(env: dict[str, str], real_archs: list[str], arch_list: list[str]) -> list[Finding]:
+    val = env.get("HSA_OVERRIDE_GFX_VERSION")
+    if not val:
+        return []
+    target = override_to_arch(val)
+    ev = {"HSA_OVERRIDE_GFX_VERSION": val, "override_arch": target, "real_archs": real_archs}
+    if target is None:
+        return [make("TORCH006", AREA, f"HSA_OVERRIDE_GFX_VERSION={val!r} is malformed",
+                     "The value must be major.minor.stepping, e.g. 11.0.0.", **ev)]
+    natives = [a for a in real_archs if arch_list and arch_supported(a, arch_list)]
+    harmful = [a for a in real_archs if a.startswith("gfx12") or a.startswith("gfx9")]
+    if harmful:
+        return [make("TORCH006", AREA, f"HSA_OVERRIDE_GFX_VERSION={val} on {', '.join(sorted(set(harmful)))}",
+                     "The override is harmful on RDNA4 and Instinct GPUs: it loads kernels built for "
+                     f"{target} on a GPU that is not one.", **ev)]
+    if natives and len(natives) == len(real_archs):
+        return [make("TORCH006", AREA, f"HSA_OVERRIDE_GFX_VERSION={val} but the wheel supports your GPU",
+                     f"torch already ships kernels for {', '.join(sorted(set(natives)))}; the override "
+                     f"makes it run {target} kernels instead.", **ev)]
+    return []
+
+
+def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: dict[str, Any],
+          env: dict[str, str], libs: dict[str, Any] | None = None,
+          ranges: dict[str, str] | None = None) -> list[Finding]:
+    """All torch-build verdicts from probe data and system facts (pure: tested on recorded data)."""
+    out: list[Finding] = []
+    backend = _backend(info or {})
+    sys_gpus = sysf.get("gpus") or []
+    amd = [g for g in sys_gpus if g.get("vendor") == "amd"] or (
+        [{"arch": a} for a in sysf.get("kfd_archs") or []])
+    nvidia = [g for g in sys_gpus if g.get("vendor") == "nvidia"]
+    real_archs = [g.get("arch") for g in amd if g.get("arch")] or list(sysf.get("kfd_archs") or [])
+    if info is not None:
+        ev = {"torch": info.get("version"), "hip": info.get("hip"), "cuda": info.get("cuda"),
+              "arch_list": info.get("arch_list"), "devices": info.get("devices")}
+        if amd and backend != "rocm":
+            out.append(make("TORCH002", AREA, f"{backend.upper()} torch {info.get('version')} on a machine with "
+                            f"{len(amd)} AMD GPU(s)",
+                            "This wheel cannot use AMD GPUs; training would run on the CPU (or fail).", **ev))
+        if nvidia and backend == "rocm":
+            out.append(make("TORCH002", AREA, f"ROCm torch on a machine with NVIDIA GPUs",
+                            "A ROCm wheel cannot use NVIDIA GPUs.", **ev))
+        if info.get("init_error"):
+            out.append(make("TORCH008", AREA, "torch fails to initialise the GPUs", info["init_error"], **ev))
+        if backend == "rocm":
+            bad = [d for d in info.get("devices", []) if not arch_supported(d["arch"], info.get("arch_list") or [])]
+            for d in bad:
+                out.append(make("TORCH003", AREA, f"GPU {d['index']} ({d['name']}, {d['arch']}) is not in torch's "
+                                f"arch list", f"torch.cuda.get_arch_list() = {info.get('arch_list')}", **ev))
+            # kernels missing although the device is not even enumerated: compare with system archs
+            if not info.get("devices") and real_archs and info.get("arch_list"):
+                for a in sorted(set(real_archs)):
+                    if not arch_supported(a, info["arch_list"]) and not env.get("HSA_OVERRIDE_GFX_VERSION"):
+                        out.append(make("TORCH003", AREA, f"System GPU arch {a} is not in torch's arch list",
+                                        f"torch.cuda.get_arch_list() = {info['arch_list']}", **ev))
+            sys_rocm = sysf.get("rocm_version")
+            if sys_rocm and info.get("hip"):
+                th = ".".join(info["hip"].split(".")[:2])
+                sr = ".".join(str(sys_rocm).split(".")[:2])
+                if th != sr:
+                    out.append(make("TORCH004", AREA, f"torch built for HIP {th}, system ROCm is {sr}",
+                                    f"torch.version.hip = {info['hip']}; system ROCm {sys_rocm} "
+                                    f"(from {sysf.get('rocm_version_source')}). Note: TheRock-based ROCm 7.x "
+                                    "reports a higher HIP version than the release number.",
+                                    torch_hip=info["hip"], system_rocm=sys_rocm))
+        # companion wheels
+        for name, c in (companions or {}).items():
+            if not c:
+                continue
+            tag, ttag = _wheel_tag(c.get("version", "")), _wheel_tag(info.get("version", ""))
+            mismatch = tag and ttag and tag != ttag
+            if mismatch or c.get("import_ok") is False:
+                out.append(make("TORCH005", AREA, f"{name} {c.get('version')} does not match torch {info.get('version')}",
+                                c.get("error") or f"{name} is a {tag} build, torch a {ttag} build.",
+                                **{name: c, "torch": info.get("version")}))
+        out += judge_hsa_override(env, real_archs, info.get("arch_list") or [])
+        n_devices = len(info.get("devices") or [])
+        if not n_devices and not amd and not nvidia and not out:
+            out.append(make("TORCH010", AREA, f"torch {info.get('version')} ({backend}); no GPU on this machine",
+                            "Training would run on the CPU.", **ev))
+    out += judge_visible_devices(env, len(amd) or len(nvidia), backend)
+    # device files (ROCm only)
+    dev = sysf.get("devices") or {}
+    if amd or backend == "rocm" or sysf.get("amdgpu_module"):
+        if not dev.get("kfd_exists"):
+            out.append(make("TORCH007", AREA, "/dev/kfd does not exist",
+                            "The amdgpu kernel driver is not loaded, or the container was started without "
+                            "--device=/dev/kfd.", **dev))
+        elif not dev.get("kfd_rw") or (dev.get("render_nodes") and not dev.get("render_rw")):
+            missing = [g for g in ("render", "video") if g not in (dev.get("groups") or [])]
+            out.append(make("TORCH007", AREA, "No read/write access to /dev/kfd or /dev/dri/renderD*",
+                            f"Your groups: {', '.join(dev.get('groups') or []) or 'none'}"
+                            + (f"; missing {', '.join(missing)}" if missing else ""), **dev))
+    # library ranges (LLaMA-Factory's own check_dependencies pins)
+    if libs and ranges and not env.get("DISABLE_VERSION_CHECK", "").lower() in ("1", "true", "y"):
+        for pkg, spec in ranges.items():
+            ver = libs.get(pkg)
+            if ver and not version_in(ver, spec):
+                out.append(make("TORCH009", AREA, f"{pkg} {ver} outside LLaMA-Factory's range {spec}",
+                                f"llamafactory {libs.get('llamafactory')} requires {pkg}{spec} at start-up.",
+                                package=pkg, version=ver, required=spec))
+    if info is not None and not [f for f in out if f.severity.value in ("error", "warning")] and n_devices:
+        devs = ", ".join(f"{d['arch']}" for d in info["devices"])
+        out.append(make("TORCH000", AREA, f"torch {info['version']} ({backend}) runs on {n_devices} GPU(s): {devs}",
+                        f"arch list: {info.get('arch_list')}", **{"torch": info.get("version"),
+                                                                 "blas": info.get("blas")}))
+    return out
+
+
+def _vtuple(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in re.findall(r"\d+", v.split("+")[0])[:3])
+
+
+def version_in(ver: str, spec: str) -> bool:
+    """Minimal PEP 440 range test for ``>=a,<=b,!=c`` pins (packaging is not a doctor dependency)."""
+    v = _vtuple(ver)
+    for part in spec.split(","):
+        m = re.match(r"\s*(>=|<=|==|!=|<|>)\s*([\w.]+)", part)
+        if not m:
+            continue
+        op, ref = m.group(1), _vtuple(m.group(2))
+        n = max(len(v), len(ref))
+        a, b = v + (0,) * (n - len(v)), ref + (0,) * (n - len(ref))
+        ok = {">=": a >= b, "<=": a <= b, "==": a == b, "!=": a != b, "<": a < b, ">": a > b}[op]
+        if not ok:
+            return False
+    return True
+
+
+# ---------------------------------------------------------------- the check
+
+
+@check(AREA, probes=_probes, order=10)
+def torch_build(ctx: Context) -> list[Finding]:
+    res = ctx.probes.get("torch")
+    sysf = system.facts(ctx)
+    if res is None or not res.ok:
+        if res is not None and res.status in ("import_error", "error", "crashed", "timeout"):
+            what = {"crashed": "crashes the interpreter", "timeout": "hangs"}.get(res.status, "fails")
+            return [make("TORCH001", AREA, f"`import torch` {what} in {ctx.python}", res.error,
+                         **res.evidence())]
+        return probe_failure(res, AREA)
+    comp = ctx.probes.get("companions")
+    libs = ctx.probes.get("libs")
+    schema = ctx.facts.get("lf_schema") or {}
+    return judge(res.data, comp.data if comp and comp.ok else None, sysf, ctx.env,
+                 libs.data if libs and libs.ok else None, schema.get("dependency_ranges"))

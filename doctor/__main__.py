@@ -1,0 +1,7 @@
+"""``python -m doctor`` = ``rocm-doctor``."""
+
+import sys
+
+from doctor.cli import main
+
+sys.exit(main())

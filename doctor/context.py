@@ -1,0 +1,84 @@
+"""What a run examines: the config (if any), the environment, and the probe results.
+
+Checks read from a :class:`Context`; they never read ``os.environ`` or the file system around the
+config directly, so tests can hand them a prepared context.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from doctor.config import load_config, to_plain
+from doctor.worker import ProbeResult
+
+
+@dataclass
+class Options:
+    config: str | None = None
+    quick: bool = False
+    only: set[str] | None = None
+    verbose: bool = False
+    python: str | None = None
+    timeout: float = 120.0
+
+
+@dataclass
+class Context:
+    options: Options = field(default_factory=Options)
+    config: dict[str, Any] | None = None       # plain dict of the YAML
+    config_rt: Any = None                      # ruamel round-trip mapping (for patches)
+    config_text: str = ""
+    config_path: Path | None = None
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: Path = field(default_factory=Path.cwd)
+    probes: dict[str, ProbeResult] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)  # parent-side facts shared between checks
+
+    @classmethod
+    def build(cls, options: Options, env: dict[str, str] | None = None) -> Context:
+        ctx = cls(options=options)
+        if env is not None:
+            ctx.env = env
+        if options.config:
+            rt, text = load_config(options.config)
+            ctx.config_rt, ctx.config_text = rt, text
+            ctx.config = to_plain(rt)
+            ctx.config_path = Path(options.config).resolve()
+        return ctx
+
+    @property
+    def python(self) -> str:
+        return self.options.python or sys.executable
+
+    def cfg(self, key: str, default: Any = None) -> Any:
+        return (self.config or {}).get(key, default)
+
+    def resolve_path(self, value: str) -> Path:
+        """LLaMA-Factory resolves relative paths from the working directory, not the config's dir."""
+        p = Path(os.path.expanduser(value))
+        return p if p.is_absolute() else self.cwd / p
+
+    def model_dir(self) -> Path | None:
+        m = self.cfg("model_name_or_path")
+        if not isinstance(m, str):
+            return None
+        p = self.resolve_path(m)
+        return p if p.is_dir() else None
+
+    def model_config(self) -> dict[str, Any] | None:
+        """The model's config.json (plain JSON: no torch needed), when the model is local."""
+        if "model_config" not in self.facts:
+            d = self.model_dir()
+            mc = None
+            if d and (d / "config.json").is_file():
+                try:
+                    mc = json.loads((d / "config.json").read_text(encoding="utf-8"))
+                except (OSError, ValueError):
+                    mc = None
+            self.facts["model_config"] = mc
+        return self.facts["model_config"]
