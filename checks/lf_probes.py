@@ -174,17 +174,26 @@ def _known(tokenizer: Any, tok: str) -> tuple[bool, list[int]]:
 
 
 def template_tokens_report(tokenizer: Any, template: Any) -> dict[str, Any]:
+    """Every token a template emits (slots; the first stop word when it replaces eos) or only stops on."""
     strs, toks, sets = _slot_tokens(template)
     rep: dict[str, Any] = {"tokens": [], "stop_words": []}
     for t in strs + toks:
         single, ids = _known(tokenizer, t)
         rep["tokens"].append({"token": t, "ids": ids[:8], "single": single})
-    for t in template.stop_words or []:
+    for i, t in enumerate(template.stop_words or []):
         single, ids = _known(tokenizer, t)
-        rep["stop_words"].append({"token": t, "ids": ids[:8], "single": single})
+        # with replace_eos the first stop word becomes eos and ends every assistant turn: it is trained
+        rep["stop_words"].append({"token": t, "ids": ids[:8], "single": single,
+                                  "emitted": bool(i == 0 and template.replace_eos) or t in strs + toks})
     rep["needs_bos"] = "bos_token" in sets
-    rep["needs_eos"] = "eos_token" in sets or not template.efficient_eos
     return rep
+
+
+def _emitted(template: Any) -> tuple[list[str], list[str]]:
+    strs, toks, _ = _slot_tokens(template)
+    stops = list(template.stop_words or [])
+    emitted = list(dict.fromkeys(strs + toks + (stops[:1] if template.replace_eos else [])))
+    return emitted, [t for t in stops if t not in emitted]
 
 
 def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int | None,
@@ -218,15 +227,13 @@ def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int
     fits = []
     fresh = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
     for name, tpl in TEMPLATES.items():
-        strs, toks, _ = _slot_tokens(tpl)
-        cands = list(dict.fromkeys(strs + toks + list(tpl.stop_words or [])))
-        if not cands:
+        emitted, stop_only = _emitted(tpl)
+        if not emitted or not all(_known(fresh, t)[0] for t in emitted):
             continue
-        known = [t for t in cands if _known(fresh, t)[0]]
-        if len(known) != len(cands):
-            continue
-        in_chat = sum(1 for t in cands if t in chat)
-        fits.append({"name": name, "tokens": len(cands), "in_chat_template": in_chat})
-    fits.sort(key=lambda f: (-f["in_chat_template"], -f["tokens"], len(f["name"])))
+        in_chat = sum(1 for t in emitted if t in chat)
+        stops_known = sum(1 for t in stop_only if _known(fresh, t)[0]) - len(stop_only)
+        fits.append({"name": name, "tokens": len(emitted), "in_chat_template": in_chat,
+                     "stop_words_unknown": -stops_known})
+    fits.sort(key=lambda f: (-f["in_chat_template"], -f["tokens"], f["stop_words_unknown"], len(f["name"])))
     out["fitting_templates"] = fits[:12]
     return out

@@ -11,13 +11,6 @@ from doctor.worker import ProbeSpec
 
 AREA = "template"
 
-# markers of a tokenizer's chat template → template family (used to name the right template)
-FAMILY_MARKERS = [
-    ("<|start_header_id|>", "llama3"), ("<|im_start|>", "qwen"), ("[INST]", "llama2"),
-    ("<start_of_turn>", "gemma"), ("<|user|>", "glm4"), ("<｜User｜>", "deepseek3"),
-]
-
-
 def _probes(ctx: Context) -> list[ProbeSpec]:
     d = ctx.model_dir()
     if d is None:
@@ -53,7 +46,8 @@ def judge(data: dict[str, Any], model_type: str | None, resize_vocab: bool) -> l
         return []  # unknown template: reported by the config lint (CFG006)
     rep = data.get("report") or {"tokens": [], "stop_words": []}
     split = [t for t in rep["tokens"] if not t["single"]]
-    missing_stop = [t for t in rep["stop_words"] if not t["single"]]
+    missing_stop = [t for t in rep["stop_words"] if not t["single"] and t.get("emitted")]
+    stop_only = {t["token"] for t in rep["stop_words"] if not t.get("emitted")}
     better = suggest(data, model_type)
     if (split or missing_stop) and better and better != tpl:
         bad = ", ".join(t["token"] for t in split + missing_stop)
@@ -67,7 +61,12 @@ def judge(data: dict[str, Any], model_type: str | None, resize_vocab: bool) -> l
     vocab = data.get("model_vocab")
     for a in data.get("added_tokens") or []:
         beyond = vocab is not None and a["id"] >= vocab
-        if beyond and not resize_vocab:
+        if a["token"] in stop_only:
+            out.append(make("TPL002", AREA, f"stop word `{a['token']}` would be added as id {a['id']}",
+                            "It only stops generation and never appears in training sequences, so training is "
+                            "unaffected; LLaMA-Factory will still warn that new tokens were added.",
+                            severity=Severity.INFO, playbook="", token=a["token"], id=a["id"], model_vocab=vocab))
+        elif beyond and not resize_vocab:
             out.append(make("TPL002", AREA, f"`{a['token']}` would be added as id {a['id']} ≥ embedding size {vocab}",
                             "LLaMA-Factory adds it as a new special token; without `resize_vocab: true` the id "
                             "indexes past the embedding matrix (device-side assert / index error).",

@@ -188,7 +188,7 @@ _ENTRIES: list[CodeDoc] = [
     CodeDoc("TPL004", "template", W, "Tokenizer could not be loaded; template not checked",
             "The tokenizer files at model_name_or_path could not be loaded locally (no Hub access is attempted).",
             "Point model_name_or_path at a local directory with tokenizer files."),
-    CodeDoc("TPL005", "template", W, "Tokenizer has no pad token",
+    CodeDoc("TPL005", "template", I, "Tokenizer has no pad token",
             "LLaMA-Factory sets pad = eos; fine for SFT, but note eos is then masked in padding.",
             "Nothing required."),
     # ---------------------------------------------------------------- BF16

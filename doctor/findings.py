@@ -89,7 +89,7 @@ def make(code: str, check: str, title: str, detail: str = "", hint: str = "", *,
         title=title,
         detail=detail,
         hint=hint or doc.fix_short,
-        playbook=playbook if playbook is not None else doc.playbook,
+        playbook=(playbook or None) if playbook is not None else doc.playbook,  # "" = explicitly none
         evidence=evidence,
     )
 

@@ -1,0 +1,52 @@
+"""Template tokens with real tokenizer files (npm) and tiny models built here."""
+
+import json
+
+from tests.conftest import run_cli, stack, write_config
+
+
+def _check(tmp_path, model, **cfg):
+    c = write_config(tmp_path / "c.yaml", model_name_or_path=str(model), stage="sft", do_train=True,
+                     finetuning_type="lora", output_dir=str(tmp_path / "out"), **cfg)
+    r = run_cli("check", "--json", "--only", "template", str(c))
+    assert "Traceback" not in r.stderr
+    return json.loads(r.stdout)["findings"]
+
+
+@stack
+def test_llama3_template_on_llama3_tokenizer_is_ok(tmp_path, tiny_llama3):
+    f = _check(tmp_path, tiny_llama3, template="llama3")
+    ok = [x for x in f if x["id"] == "TPL000"]
+    assert ok, f
+    assert "<|eot_id|>" in ok[0]["evidence"]["tokens"] and "<|start_header_id|>" in ok[0]["evidence"]["tokens"]
+
+
+@stack
+def test_llama3_template_on_qwen3_tokenizer_names_the_right_one(tmp_path, tiny_qwen3):
+    f = _check(tmp_path, tiny_qwen3, template="llama3")
+    got = {x["id"]: x for x in f}
+    assert got["TPL003"]["evidence"]["suggested"].startswith("qwen3"), got["TPL003"]
+    assert "<|eot_id|>" in got["TPL003"]["evidence"]["unknown"]
+    assert "TPL001" in got  # header tokens split into pieces
+    added = [x for x in f if x["id"] == "TPL002"]
+    assert added and added[0]["evidence"]["token"] in ("<|eot_id|>", "<|eom_id|>")
+
+
+@stack
+def test_qwen_template_on_qwen3_tokenizer_is_ok(tmp_path, tiny_qwen3):
+    f = _check(tmp_path, tiny_qwen3, template="qwen3_nothink")
+    assert any(x["id"] == "TPL000" for x in f), f
+
+
+@stack
+def test_added_token_beyond_embedding_is_error(tmp_path, tiny_llama3):
+    # gemma's stop word <end_of_turn> is unknown to Llama-3: added at id 128256 == vocab size
+    f = _check(tmp_path, tiny_llama3, template="gemma")
+    beyond = [x for x in f if x["id"] == "TPL002" and x["severity"] == "error"]
+    assert beyond and beyond[0]["evidence"]["id"] >= beyond[0]["evidence"]["model_vocab"]
+    assert beyond[0]["playbook"] == "resize-vocab"
+
+
+def test_hub_model_is_not_fetched(tmp_path):
+    f = _check(tmp_path, "meta-llama/Meta-Llama-3-8B-Instruct", template="llama3")
+    assert [x["id"] for x in f] == ["TPL004"]
