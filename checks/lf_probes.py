@@ -94,10 +94,9 @@ def probe_lf_parse(config_path: str) -> dict[str, Any]:
     import os
     from pathlib import Path
 
+    from llamafactory.hparams.parser import _TRAIN_ARGS, get_train_args
     from omegaconf import OmegaConf
     from transformers import HfArgumentParser
-
-    from llamafactory.hparams.parser import _TRAIN_ARGS, get_train_args
 
     args = OmegaConf.to_container(OmegaConf.load(Path(config_path).absolute()))
     out: dict[str, Any] = {"unknown_keys": [], "parse_error": None, "validate_error": None, "warnings": []}
@@ -199,10 +198,9 @@ def _emitted(template: Any) -> tuple[list[str], list[str]]:
 def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int | None,
                           resize_vocab: bool = False) -> dict[str, Any]:
     """Load the local tokenizer, run LLaMA-Factory's template fix on it, and report every token."""
-    from transformers import AutoTokenizer
-
     from llamafactory.data.template import TEMPLATES, get_template_and_fix_tokenizer
     from llamafactory.hparams import DataArguments
+    from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
     before = len(tokenizer)

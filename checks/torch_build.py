@@ -211,7 +211,7 @@ def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: 
                             f"{len(amd)} AMD GPU(s)",
                             "This wheel cannot use AMD GPUs; training would run on the CPU (or fail).", **ev))
         if nvidia and backend == "rocm":
-            out.append(make("TORCH002", AREA, f"ROCm torch on a machine with NVIDIA GPUs",
+            out.append(make("TORCH002", AREA, "ROCm torch on a machine with NVIDIA GPUs",
                             "A ROCm wheel cannot use NVIDIA GPUs.", **ev))
         if info.get("init_error"):
             out.append(make("TORCH008", AREA, "torch fails to initialise the GPUs", info["init_error"], **ev))
@@ -265,7 +265,7 @@ def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: 
                             f"Your groups: {', '.join(dev.get('groups') or []) or 'none'}"
                             + (f"; missing {', '.join(missing)}" if missing else ""), **dev))
     # library ranges (LLaMA-Factory's own check_dependencies pins)
-    if libs and ranges and not env.get("DISABLE_VERSION_CHECK", "").lower() in ("1", "true", "y"):
+    if libs and ranges and env.get("DISABLE_VERSION_CHECK", "").lower() not in ("1", "true", "y"):
         for pkg, spec in ranges.items():
             ver = libs.get(pkg)
             if ver and not version_in(ver, spec):
@@ -308,8 +308,9 @@ def torch_build(ctx: Context) -> list[Finding]:
     res = ctx.probes.get("torch")
     sysf = system.facts(ctx)
     if res is None or not res.ok:
-        if res is not None and res.status in ("import_error", "error", "crashed", "timeout"):
-            what = {"crashed": "crashes the interpreter", "timeout": "hangs"}.get(res.status, "fails")
+        if res is not None and res.status in ("import_error", "error", "crashed", "timeout", "not_run"):
+            what = {"crashed": "crashes the interpreter", "timeout": "hangs",
+                    "not_run": "cannot even start"}.get(res.status, "fails")
             return [make("TORCH001", AREA, f"`import torch` {what} in {ctx.python}", res.error,
                          **res.evidence())]
         return probe_failure(res, AREA)

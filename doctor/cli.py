@@ -115,8 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--markdown", action="store_true", help="print docs/codes.md")
     k.set_defaults(func=cmd_codes)
 
-    for name, mod in (("fix", "doctor.fixcmd"), ("train", "doctor.supervisor"), ("explain", "doctor.explain"),
-                      ("report", "doctor.report"), ("demo", "doctor.demo")):
+    for mod in ("doctor.fixcmd", "doctor.supervisor", "doctor.explain", "doctor.report", "doctor.demo"):
         try:
             m = __import__(mod, fromlist=["register"])
         except ImportError:

@@ -84,8 +84,9 @@ def to_mib(v: Any, default_unit: str = "MiB") -> float | None:
 def normalize_gfx(s: str | None) -> str:
     """Fix rocm-smi's "GFX Version" on ROCm 6.1-6.3 (gfx90a shown as gfx9010, gfx1100 as gfx11000).
 
-    The bug rendered the stepping in decimal and multiplied by 10 when minor==0. Real targets have
-    at most 4 digits after "gfx" (gfx1201) or 3 with a hex letter (gfx90a); longer strings are the bug.
+    The bug rendered the stepping in decimal and multiplied by 10 when minor==0. A real target is
+    major + minor + one stepping character: 3 characters for major <= 9 (gfx90a, gfx942), 4 for
+    major 10-12 (gfx1100); a longer all-digit string is the bug.
     """
     if not s:
         return ""
@@ -94,7 +95,8 @@ def normalize_gfx(s: str | None) -> str:
     if not m:
         return s
     digits = m.group(1)
-    if len(digits) <= 4:
+    expected = 4 if digits.startswith("1") else 3  # major 10-12 has two digits, major <= 9 one
+    if len(digits) <= expected:
         return s
     # digits = major + minor + stepping(decimal, 2 digits); e.g. 9|0|10 -> gfx90a, 11|0|00 -> gfx1100
     body, step = digits[:-2], int(digits[-2:])
@@ -255,7 +257,7 @@ def parse_sysfs(root: str | Path = "/") -> list[GPU]:
         if vendor != "0x1002":
             continue
 
-        def rd(name: str) -> str | None:
+        def rd(name: str, dev: Path = dev) -> str | None:
             try:
                 return (dev / name).read_text().strip()
             except OSError:
@@ -354,7 +356,7 @@ def inventory(root: str | Path = "/", env: dict[str, str] | None = None) -> tupl
     gpus = parse_sysfs(root)
     if gpus:
         archs = kfd_archs(root)
-        for g, a in zip(gpus, archs):
+        for g, a in zip(gpus, archs, strict=False):
             g.arch = g.arch or a
         return gpus, notes
     # 4. NVIDIA

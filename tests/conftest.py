@@ -87,9 +87,11 @@ def build_tiny_model(dest: Path, tokenizer: str = "llama3", model_type: str = "l
     tok_dir = fetch_tokenizer(tokenizer)
     tok = AutoTokenizer.from_pretrained(tok_dir)
     if model_type == "qwen3":
-        from transformers import Qwen3Config as Cfg, Qwen3ForCausalLM as Model
+        from transformers import Qwen3Config as Cfg
+        from transformers import Qwen3ForCausalLM as Model
     else:
-        from transformers import LlamaConfig as Cfg, LlamaForCausalLM as Model
+        from transformers import LlamaConfig as Cfg
+        from transformers import LlamaForCausalLM as Model
     cfg = Cfg(vocab_size=len(tok), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, head_dim=8, max_position_embeddings=512,
               tie_word_embeddings=True, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)

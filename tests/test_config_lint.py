@@ -92,8 +92,8 @@ def test_overwrite_output_dir_with_checkpoints(tmp_path):
 
 
 def test_optim_torch_and_ddp_timeout_on_rocm_multi_gpu(tmp_path):
-    from doctor.context import Context, Options
     from checks.config_lint import lint
+    from doctor.context import Context, Options
 
     c = write_config(tmp_path / "c.yaml", model_name_or_path=str(tmp_path), template="llama3")
     ctx = Context.build(Options(config=str(c), quick=True), env={"PYTORCH_HIP_ALLOC_CONF": "garbage_collection_threshold:0.8"})

@@ -1,0 +1,122 @@
+"""GPU inventory parsing on recorded real outputs (../shared/fixtures), and black-box fake tools on PATH."""
+
+import json
+import os
+import stat
+
+from doctor import gpuinfo
+from tests.conftest import shared_fixture
+
+
+def test_rocm_smi_rx7900xt_bytes_to_mib():
+    g = gpuinfo.parse_rocm_smi(json.loads(shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json").read_text()))
+    assert len(g) == 1
+    assert g[0].name == "Radeon RX 7900 XT" and g[0].arch == "gfx1100"
+    assert g[0].vram_total_mib == round(21458059264 / 2**20, 1) and g[0].vram_used_mib == round(27856896 / 2**20, 1)
+    assert g[0].util_pct == 0.0 and g[0].source == "rocm-smi"
+
+
+def test_rocm_smi_memuse_only_and_na():
+    g = gpuinfo.parse_rocm_smi(json.loads(shared_fixture("rocm-smi/2x-rx6800-memuse-rocm-smi-1.4.1.json").read_text()))
+    assert [x.index for x in g] == [0, 1] and all(x.vram_total_mib is None for x in g)
+
+
+def test_rocm_smi_gfx_version_bug_fragment():
+    frag = shared_fixture("rocm-smi/mi250-all-fragment-rocm-6.2.4.txt").read_text().strip()
+    payload = json.loads('{"card0": {' + frag)  # the fixture is the tail of one card object + "system"
+    g = gpuinfo.parse_rocm_smi(payload)
+    assert g[0].arch == "gfx90a" and "MI250" in g[0].name
+
+
+def test_normalize_gfx():
+    assert gpuinfo.normalize_gfx("gfx9010") == "gfx90a"
+    assert gpuinfo.normalize_gfx("gfx11000") == "gfx1100"
+    assert gpuinfo.normalize_gfx("gfx11001") == "gfx1101"
+    assert gpuinfo.normalize_gfx("gfx942:sramecc+:xnack-") == "gfx942"
+    assert gpuinfo.normalize_gfx("gfx1201") == "gfx1201"
+
+
+def test_amd_smi_both_envelopes():
+    static = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json").read_text())
+    metric = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json").read_text())
+    g = gpuinfo.parse_amd_smi(static, metric)
+    assert len(g) == 1 and g[0].name == "AMD Instinct MI300X" and g[0].arch == "gfx942"
+    assert g[0].vram_total_mib == 196592 and g[0].vram_used_mib == 283 and g[0].util_pct == 0
+    # the same data in the other envelope gives the same GPU
+    g2 = gpuinfo.parse_amd_smi(static["gpu_data"], {"gpu_data": metric})
+    assert g2[0].to_dict() == g[0].to_dict()
+
+
+def test_amd_smi_hip_index_mapping_and_na_sections():
+    static = [{"gpu": 0, "asic": {"market_name": "A", "target_graphics_version": "gfx942"}},
+              {"gpu": 1, "asic": {"market_name": "B", "target_graphics_version": "gfx942"}}]
+    metric = [{"gpu": 0, "usage": "N/A", "mem_usage": "N/A"}, {"gpu": 1, "usage": {"gfx_activity": "N/A"}}]
+    enum = [{"gpu": 0, "hip_id": 1}, {"gpu": 1, "hip_id": 0}]
+    g = gpuinfo.parse_amd_smi(static, metric, enum)
+    assert [(x.index, x.name) for x in g] == [(0, "B"), (1, "A")]
+    assert all(x.util_pct is None for x in g)
+
+
+def test_nvidia_smi_csv_h200():
+    text = shared_fixture("nvidia/h200-nvidia-smi.txt").read_text()
+    csv = "\n".join(line for line in text.splitlines() if line[:1].isdigit())
+    g = gpuinfo.parse_nvidia_smi_csv(csv)
+    assert len(g) == 1 and g[0].name == "NVIDIA H200" and g[0].vram_total_mib == 143771 and g[0].util_pct == 0
+
+
+def test_sysfs(tmp_path):
+    dev = tmp_path / "sys/class/drm/card0/device"
+    dev.mkdir(parents=True)
+    (dev / "vendor").write_text("0x1002\n")
+    (dev / "mem_info_vram_total").write_text(str(64 * 2**30))
+    (dev / "mem_info_vram_used").write_text(str(2**30))
+    (dev / "gpu_busy_percent").write_text("7\n")
+    node = tmp_path / "sys/class/kfd/kfd/topology/nodes/1"
+    node.mkdir(parents=True)
+    (node / "properties").write_text("cpu_cores_count 0\ngfx_target_version 90010\n")
+    cpu = tmp_path / "sys/class/kfd/kfd/topology/nodes/0"
+    cpu.mkdir(parents=True)
+    (cpu / "properties").write_text("gfx_target_version 0\n")
+    g = gpuinfo.parse_sysfs(tmp_path)
+    assert g[0].vram_total_mib == 65536 and g[0].vram_used_mib == 1024 and g[0].util_pct == 7
+    assert gpuinfo.kfd_archs(tmp_path) == ["gfx90a"]
+
+
+def _fake_tool(bindir, name, stdout_file=None, rc=0, stderr=""):
+    p = bindir / name
+    body = "#!/bin/sh\n"
+    if stderr:
+        body += f"echo '{stderr}' >&2\n"
+    if stdout_file:
+        body += f"cat '{stdout_file}'\n"
+    body += f"exit {rc}\n"
+    p.write_text(body)
+    p.chmod(p.stat().st_mode | stat.S_IEXEC)
+
+
+def test_inventory_falls_back_from_failing_amd_smi_to_rocm_smi(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake_tool(bindir, "amd-smi", rc=1, stderr="amdsmi init failed")
+    _fake_tool(bindir, "rocm-smi", shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
+               stderr="WARNING: something on stderr")
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
+    gpus, notes = gpuinfo.inventory(root=tmp_path)
+    assert gpus[0].source == "rocm-smi" and gpus[0].arch == "gfx1100"
+    assert any("amd-smi" in n for n in notes)
+
+
+def test_inventory_amd_smi_with_stderr_warnings(tmp_path, monkeypatch):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    script = bindir / "amd-smi"
+    static = shared_fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json")
+    metric = shared_fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json")
+    script.write_text(f"""#!/bin/sh
+echo "SyntaxWarning: invalid escape sequence" >&2
+case "$1" in static) cat '{static}';; metric) cat '{metric}';; *) exit 2;; esac
+""")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
+    gpus, _ = gpuinfo.inventory(root=tmp_path)
+    assert gpus[0].source == "amd-smi" and gpus[0].vram_used_mib == 283
