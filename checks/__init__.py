@@ -4,4 +4,4 @@ Module top levels import only the standard library and ``doctor``: what they exa
 llamafactory, ...) is imported inside probe functions, which run in the isolated worker.
 """
 
-from checks import config_lint, template_tokens, torch_build  # noqa: F401
+from checks import config_lint, gpu_health, gpus, memory_fit, template_tokens, torch_build  # noqa: F401

@@ -305,13 +305,15 @@ def _run_json(cmd: list[str]) -> Any:
     return json.loads(text[start:])
 
 
-def amdsmi_library_status() -> tuple[bool, str]:
-    """Whether ``import amdsmi`` works, in a subprocess (a broken one can crash or print junk)."""
+def amdsmi_library_status(python: str | None = None) -> tuple[bool, str]:
+    """Whether ``import amdsmi`` works in the examined Python, in a subprocess (a broken one can crash,
+    print junk, or raise KeyError: 'libamd_smi.so' instead of ImportError)."""
     import sys
 
     code = "import amdsmi; amdsmi.amdsmi_init(); amdsmi.amdsmi_shut_down(); print('ok')"
     try:
-        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=TOOL_TIMEOUT)
+        p = subprocess.run([python or sys.executable, "-c", code], capture_output=True, text=True,
+                           timeout=TOOL_TIMEOUT)
     except (OSError, subprocess.TimeoutExpired) as e:
         return False, str(e)
     if p.returncode == 0 and "ok" in p.stdout:

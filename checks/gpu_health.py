@@ -1,0 +1,216 @@
+"""Active GPU health in ``check``: BF16 matrix cores, attention kernels, bitsandbytes 4-bit.
+
+The probes (``checks.gpu_probes``) run in the device worker, sized from the config's model; the
+verdicts here are pure functions of their results, tested with injected faults on the CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from checks import archs
+from doctor.context import Context
+from doctor.findings import Finding, Severity, make
+from doctor.runner import check, probe_failure
+from doctor.worker import ProbeSpec
+
+SLOW_FRACTION = 0.25  # below this fraction of the SKU's peak the BLAS path is suspect
+
+
+def _precision(ctx: Context) -> str:
+    if ctx.cfg("fp16"):
+        return "float16"
+    return "bfloat16"
+
+
+def _shape(ctx: Context) -> dict[str, int]:
+    mc = ctx.model_config() or {}
+    heads = int(mc.get("num_attention_heads") or 32)
+    kv = int(mc.get("num_key_value_heads") or heads)
+    hd = int(mc.get("head_dim") or (int(mc.get("hidden_size") or 4096) // heads))
+    return {"heads": heads, "kv_heads": kv, "head_dim": hd}
+
+
+def _torch_ok(ctx: Context) -> bool:
+    t = ctx.probes.get("torch")
+    return t is not None and t.ok
+
+
+# ---------------------------------------------------------------- BF16
+
+def judge_bf16(data: dict[str, Any], arch: str | None, bf16_requested: bool) -> list[Finding]:
+    out: list[Finding] = []
+    A = "bf16"
+    if bf16_requested and archs.has_bf16_matrix(arch) is False:
+        out.append(make("BF16001", A, f"`bf16: true` on {arch}, which has no BF16 matrix cores",
+                        "torch.cuda.is_bf16_supported() says True on every ROCm GPU; this one emulates bf16.",
+                        arch=arch))
+    if data.get("nonfinite") or data.get("rel_err", 0) > 1e-2:
+        out.append(make("BF16002", A, f"bf16 GEMM error {data.get('rel_err'):.2e} vs fp32 reference"
+                        + (" (NaN/Inf)" if data.get("nonfinite") else ""), "Expected below 1e-2.", **data))
+    if data.get("device") == "cpu":
+        if not out:
+            out.append(make("BF16004", A, f"bf16 numerics ok on the CPU (rel err {data['rel_err']:.1e})", "", **data))
+        return out
+    peak, verified = archs.peak_for(data.get("name"))
+    frac = data["tflops"] / peak if peak else None
+    ev = dict(data, peak_tflops=peak, peak_verified=verified, fraction_of_peak=round(frac, 3) if frac else None)
+    if frac is not None and frac < SLOW_FRACTION:
+        out.append(make("BF16003", A, f"bf16 GEMM {data['tflops']} TFLOP/s = {frac:.0%} of {data.get('name')}'s "
+                        f"{peak} peak", f"BLAS backend: {data.get('blas')}.", **ev))
+    if not out:
+        pct = f", {frac:.0%} of peak {peak}{'' if verified else ' (unverified)'}" if frac else ""
+        out.append(make("BF16000", A, f"bf16 GEMM n={data['n']}: {data['tflops']} TFLOP/s{pct}, "
+                        f"rel err {data['rel_err']:.1e}", "", **ev))
+    return out
+
+
+def _bf16_probes(ctx: Context) -> list[ProbeSpec]:
+    return [ProbeSpec("bf16", "checks.gpu_probes", "probe_bf16", timeout=min(60, ctx.options.timeout))]
+
+
+@check("bf16", probes=_bf16_probes, order=40)
+def bf16(ctx: Context) -> list[Finding]:
+    if not _torch_ok(ctx):
+        return []  # the torch check already explains why
+    res = ctx.probes.get("bf16")
+    if res is None or not res.ok:
+        return probe_failure(res, "bf16")
+    t = ctx.probes["torch"].data
+    arch = (t.get("devices") or [{}])[0].get("arch")
+    return judge_bf16(res.data, arch, bool(ctx.cfg("bf16") or ctx.cfg("pure_bf16")))
+
+
+# ---------------------------------------------------------------- attention
+
+def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int, env: dict[str, str],
+                    arch: str | None, hip: bool) -> list[Finding]:
+    A = "attention"
+    out: list[Finding] = []
+    v = env.get("FLASH_ATTENTION_TRITON_AMD_ENABLE")
+    if v is not None and v != "TRUE" and v.lower() in ("1", "true", "yes", "on"):
+        out.append(make("ATTN004", A, f"FLASH_ATTENTION_TRITON_AMD_ENABLE={v!r} is ignored",
+                        "flash-attn compares the value with the exact string `TRUE`.", value=v))
+    if hip and arch in archs.AOTRITON_EXPERIMENTAL and env.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "") \
+            not in ("1", "TRUE", "true", "ON", "on"):
+        out.append(make("ATTN006", A, f"{arch}: SDPA flash/mem-efficient kernels are experimental and off",
+                        "PyTorch disables them on this arch without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.",
+                        arch=arch))
+    if data is None:
+        return out
+    fa = data.get("flash_attn") or {}
+    backends = data.get("backends") or {}
+    if flash_cfg == "fa2":
+        if fa.get("status") == "not_installed":
+            out.append(make("ATTN005", A, "flash_attn: fa2 but flash-attn is not installed",
+                            "LLaMA-Factory warns and falls back to the default attention."))
+        elif fa.get("status") in ("error", "wrong"):
+            out.append(make("ATTN001", A, f"flash_attn: fa2 but flash-attn {data.get('flash_attn_version', '')} "
+                            f"is {'wrong' if fa['status'] == 'wrong' else 'broken'}",
+                            fa.get("error") or f"forward error {fa.get('fwd_err')} vs baseline {data.get('baseline_fwd')}",
+                            flash_attn=fa, version=data.get("flash_attn_version")))
+    if flash_cfg in ("auto", "sdpa", "fa2"):
+        for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
+            b = backends.get(name) or {}
+            if b.get("status") in ("wrong", "error"):
+                out.append(make("ATTN002", A, f"SDPA {name} backend {'gives wrong results' if b['status'] == 'wrong' else 'fails'}",
+                                b.get("error") or f"fwd err {b.get('fwd_err')} (baseline {data.get('baseline_fwd')}), "
+                                f"grad err {b.get('grad_err')}", backend=name, result=b))
+        fused = [n for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
+                 if (backends.get(n) or {}).get("status") == "ok"]
+        if data.get("device") == "cuda" and not fused and cutoff_len >= 4096:
+            out.append(make("ATTN003", A, f"Only the math SDPA kernel works; cutoff_len {cutoff_len}",
+                            "The math kernel materialises the seq×seq score matrix per head.",
+                            cutoff_len=cutoff_len, backends=backends))
+    if not [f for f in out if f.severity in (Severity.ERROR, Severity.WARNING)]:
+        ok = [n for n, b in backends.items() if b.get("status") == "ok"]
+        out.append(make("ATTN000", A, f"attention ({flash_cfg}): SDPA backends ok: {', '.join(ok) or 'none'}"
+                        + (f"; flash-attn {fa.get('status')}" if fa else ""), "", shape=data.get("shape"),
+                        backends=backends, flash_attn=fa))
+    return out
+
+
+def _attn_probes(ctx: Context) -> list[ProbeSpec]:
+    return [ProbeSpec("attention", "checks.gpu_probes", "probe_attention",
+                      dict(_shape(ctx), dtype=_precision(ctx)), timeout=min(90, ctx.options.timeout))]
+
+
+@check("attention", probes=_attn_probes, order=41)
+def attention(ctx: Context) -> list[Finding]:
+    if not _torch_ok(ctx):
+        return []
+    res = ctx.probes.get("attention")
+    t = ctx.probes["torch"].data
+    arch = (t.get("devices") or [{}])[0].get("arch")
+    data = None
+    fails: list[Finding] = []
+    if res is None or not res.ok:
+        fails = probe_failure(res, "attention")
+    else:
+        data = res.data
+    flash_cfg = str(ctx.cfg("flash_attn", "auto")).lower() if ctx.config else "auto"
+    return fails + judge_attention(data, flash_cfg, int(ctx.cfg("cutoff_len", 2048) or 2048), ctx.env, arch,
+                                   bool(t.get("hip")))
+
+
+# ---------------------------------------------------------------- bitsandbytes
+
+def judge_bnb(data: dict[str, Any], qbit: Any, qmethod: str, model_cfg: dict[str, Any] | None,
+              torch_hip: str | None) -> list[Finding]:
+    A = "bitsandbytes"
+    out: list[Finding] = []
+    wants = qbit is not None and qmethod == "bnb"
+    qc = (model_cfg or {}).get("quantization_config")
+    if qc:
+        out.append(make("BNB004", A, f"Model is pre-quantized ({qc.get('quant_method', '?')})",
+                        "quantization_bit is ignored for it; qlora-to-lora cannot un-quantize it.", quantization_config=qc))
+    broken = None
+    if not data.get("installed"):
+        broken = "bitsandbytes is not installed"
+    elif data.get("import_error"):
+        broken = data["import_error"]
+    elif data.get("lib_mock") or (data.get("device") == "cuda" and not data.get("compiled_with_cuda")):
+        broken = f"native library not loaded (lib = {data.get('lib_class')}, backend {data.get('backend')})"
+    elif data.get("op_error"):
+        broken = data["op_error"]
+    wrong = None
+    if data.get("nf4_rel_err") is not None and (data["nf4_rel_err"] > 0.2 or data.get("linear4bit_rel_err", 0) > 0.02
+                                                or data.get("linear4bit_finite") is False):
+        wrong = f"NF4 round trip rel err {data['nf4_rel_err']:.3f}, Linear4bit rel err {data.get('linear4bit_rel_err')}"
+    if wants and not qc:
+        if broken:
+            out.append(make("BNB001", A, f"quantization_bit: {qbit} but bitsandbytes is unusable", broken, **data))
+        elif wrong:
+            out.append(make("BNB003", A, "bitsandbytes 4-bit gives wrong results", wrong, **data))
+        elif data.get("device") == "cpu":
+            out.append(make("BNB001", A, f"quantization_bit: {qbit} but no GPU for bitsandbytes",
+                            "LLaMA-Factory quantizes on the GPU; on this CPU-only machine QLoRA fails to load.", **data))
+    elif data.get("installed") and broken:
+        out.append(make("BNB002", A, "bitsandbytes installed but unusable", broken, **data))
+    elif wrong:
+        out.append(make("BNB003", A, "bitsandbytes 4-bit gives wrong results", wrong, **data))
+    lib = data.get("lib_path") or ""
+    if torch_hip and "rocm" in lib:
+        want = "rocm" + "".join(torch_hip.split(".")[:2])
+        if want not in lib:
+            out.append(make("BNB005", A, f"bitsandbytes loaded {lib.rsplit('/', 1)[-1]}, torch wants {want}",
+                            f"torch.version.hip = {torch_hip}", lib_path=lib))
+    if not [f for f in out if f.severity in (Severity.ERROR, Severity.WARNING)] and data.get("nf4_rel_err") is not None:
+        out.append(make("BNB000", A, f"bitsandbytes {data.get('version')}: NF4 rel err {data['nf4_rel_err']:.3f}, "
+                        f"Linear4bit rel err {data.get('linear4bit_rel_err', 0):.1e}", "", **data))
+    return out
+
+
+def _bnb_probes(ctx: Context) -> list[ProbeSpec]:
+    return [ProbeSpec("bnb", "checks.gpu_probes", "probe_bnb", timeout=min(90, ctx.options.timeout))]
+
+
+@check("bitsandbytes", probes=_bnb_probes, order=42)
+def bitsandbytes(ctx: Context) -> list[Finding]:
+    if not _torch_ok(ctx):
+        return []
+    res = ctx.probes.get("bnb")
+    if res is None or not res.ok:
+        return probe_failure(res, "bitsandbytes")
+    return judge_bnb(res.data, ctx.cfg("quantization_bit"), str(ctx.cfg("quantization_method", "bnb")),
+                     ctx.model_config(), ctx.probes["torch"].data.get("hip"))

@@ -1,0 +1,142 @@
+"""Verdicts of the GPU probes (with injected faults), the real probes on this CPU, GPU tests marked gpu."""
+
+import json
+
+import pytest
+
+from checks import gpu_health, gpus, memory_fit
+from tests.conftest import run_cli, shared_fixture, stack
+
+
+def ids(fs):
+    return [f.id for f in fs]
+
+
+# ---------------------------------------------------------------- BF16
+
+def test_bf16_on_gfx906_is_error_with_fix():
+    fs = gpu_health.judge_bf16({"device": "cuda", "n": 8192, "rel_err": 2e-3, "nonfinite": False, "tflops": 20.0,
+                                "name": "AMD Instinct MI50"}, "gfx906", True)
+    f = next(x for x in fs if x.id == "BF16001")
+    assert f.severity.value == "error" and f.playbook == "bf16-to-fp16"
+
+
+def test_bf16_nan_and_slow():
+    fs = gpu_health.judge_bf16({"device": "cuda", "n": 8192, "rel_err": float("nan"), "nonfinite": True,
+                                "tflops": 100.0, "name": "AMD Instinct MI300X", "blas": "Cublas"}, "gfx942", True)
+    assert "BF16002" in ids(fs) and "BF16003" in ids(fs)  # 100 of 1307 TFLOP/s is a slow BLAS path
+    ok = gpu_health.judge_bf16({"device": "cuda", "n": 8192, "rel_err": 2e-3, "nonfinite": False,
+                                "tflops": 786.0, "name": "NVIDIA H200"}, "sm_90", True)
+    assert ids(ok) == ["BF16000"] and ok[0].evidence["fraction_of_peak"] == pytest.approx(0.794, abs=0.01)
+
+
+# ---------------------------------------------------------------- attention
+
+ATT_OK = {"device": "cuda", "baseline_fwd": 0.0156, "shape": [2, 32, 8, 512, 128],
+          "backends": {"FLASH_ATTENTION": {"status": "ok"}, "EFFICIENT_ATTENTION": {"status": "ok"},
+                       "MATH": {"status": "ok"}}, "flash_attn": {"status": "not_installed"}}
+
+
+def test_attention_broken_fa2_is_error():
+    data = dict(ATT_OK, flash_attn={"status": "error", "error": "ImportError: undefined symbol: _ZN3c104cuda9SetDeviceEi"})
+    fs = gpu_health.judge_attention(data, "fa2", 2048, {}, "gfx942", True)
+    f = next(x for x in fs if x.id == "ATTN001")
+    assert f.playbook == "disable-flash-attn" and "undefined symbol" in f.detail
+
+
+def test_attention_wrong_backend_and_math_only():
+    wrong = dict(ATT_OK, backends={"FLASH_ATTENTION": {"status": "wrong", "fwd_err": 3.0}, "MATH": {"status": "ok"}})
+    assert "ATTN002" in ids(gpu_health.judge_attention(wrong, "auto", 2048, {}, "gfx942", True))
+    math_only = dict(ATT_OK, backends={"FLASH_ATTENTION": {"status": "unavailable"}, "MATH": {"status": "ok"}})
+    assert "ATTN003" in ids(gpu_health.judge_attention(math_only, "sdpa", 8192, {}, "gfx1030", True))
+    assert "ATTN003" not in ids(gpu_health.judge_attention(math_only, "sdpa", 1024, {}, "gfx1030", True))
+
+
+def test_attention_env_values():
+    fs = gpu_health.judge_attention(ATT_OK, "fa2", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "1"}, "gfx1100", True)
+    assert "ATTN004" in ids(fs) and "ATTN006" in ids(fs) and "ATTN005" in ids(fs)
+    fs2 = gpu_health.judge_attention(ATT_OK, "auto", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
+                                                            "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"},
+                                     "gfx1100", True)
+    assert ids(fs2) == ["ATTN000"]
+
+
+# ---------------------------------------------------------------- bitsandbytes
+
+def test_bnb_mock_library_with_qlora_is_error():
+    data = {"installed": True, "version": "0.48.0", "lib_mock": True, "lib_class": "ErrorHandlerMockBNBNativeLibrary",
+            "backend": "ROCm", "device": "cuda", "compiled_with_cuda": False}
+    f = gpu_health.judge_bnb(data, 4, "bnb", None, "6.2.41134")
+    assert ids(f) == ["BNB001"] and f[0].playbook == "qlora-to-lora"
+    assert ids(gpu_health.judge_bnb(data, None, "bnb", None, "6.2.41134")) == ["BNB002"]
+
+
+def test_bnb_wrong_nf4_and_prequantized_and_version():
+    data = {"installed": True, "version": "0.49.0", "device": "cuda", "compiled_with_cuda": True,
+            "nf4_rel_err": 0.9, "linear4bit_rel_err": 0.5, "lib_path": "/x/libbitsandbytes_rocm63.so"}
+    f = gpu_health.judge_bnb(data, 4, "bnb", {"quantization_config": {"quant_method": "bitsandbytes"}}, "6.2.41134")
+    assert {"BNB004", "BNB003", "BNB005"} <= set(ids(f))
+
+
+def test_bnb_h200_recorded_numbers_are_healthy():
+    text = shared_fixture("nvidia/h200-torch-probe.txt").read_text()
+    rel = float(text.split("bnb nf4 roundtrip rel err ")[1].split()[0])
+    data = {"installed": True, "version": "0.50.2", "device": "cuda", "compiled_with_cuda": True,
+            "nf4_rel_err": rel, "linear4bit_rel_err": 0.004, "linear4bit_finite": True}
+    assert ids(gpu_health.judge_bnb(data, 4, "bnb", None, None)) == ["BNB000"]
+
+
+def test_qlora_on_cpu_without_bnb():
+    assert ids(gpu_health.judge_bnb({"installed": False}, 4, "bnb", None, None)) == ["BNB001"]
+
+
+# ---------------------------------------------------------------- GPUs and memory
+
+def test_gpus_imbalance_busy_and_missing():
+    g = [{"index": i, "name": "MI300X", "arch": "gfx942", "vram_total_mib": 196592, "vram_used_mib": u,
+          "source": "amd-smi"} for i, u in enumerate([150000, 300, 280, 310])]
+    fs = gpus.judge(g, 2, {})
+    assert {"GPU001", "GPU002", "GPU003"} <= set(ids(fs))
+    assert "GPU001" not in ids(gpus.judge(g[:2], 1, {"HIP_VISIBLE_DEVICES": "0"}))
+    assert ids(gpus.judge([], None, {})) == ["GPU005"]
+    assert "GPU004" in ids(gpus.judge([], None, {}, (False, "KeyError: 'libamd_smi.so'")))
+
+
+def test_memory_fit_llama3_8b():
+    mc = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+          "intermediate_size": 14336, "vocab_size": 128256, "tie_word_embeddings": False}
+    n = memory_fit.param_count(mc)
+    assert 7.9e9 < n < 8.1e9
+    lora = memory_fit.estimate(mc, {"finetuning_type": "lora", "bf16": True, "per_device_train_batch_size": 1,
+                                    "cutoff_len": 1024})
+    full = memory_fit.estimate(mc, {"finetuning_type": "full", "bf16": True})
+    small = [{"index": 0, "vram_total_mib": 24576, "vram_used_mib": 500}]
+    big = [{"index": 0, "vram_total_mib": 196592, "vram_used_mib": 283}]
+    assert ids(memory_fit.judge(lora, small)) == ["MEM000"]
+    f = memory_fit.judge(full, small)
+    assert ids(f) == ["MEM001"] and f[0].playbook == "reduce-memory"
+    assert ids(memory_fit.judge(full, big)) == ["MEM000"]
+
+
+# ---------------------------------------------------------------- real probes
+
+@stack
+def test_real_probes_on_cpu():
+    r = run_cli("check", "--json", "--only", "torch,bf16,attention,bitsandbytes,gpus")
+    out = json.loads(r.stdout)
+    got = {f["id"]: f for f in out["findings"]}
+    assert "BF16004" in got and got["BF16004"]["evidence"]["rel_err"] < 1e-2
+    assert "ATTN000" in got and got["ATTN000"]["evidence"]["backends"]["MATH"]["status"] == "ok"
+    assert "GPU005" in got
+
+
+def test_injected_nan_probe_becomes_finding():
+    data = {"device": "cpu", "n": 256, "rel_err": float("nan"), "nonfinite": True, "tflops": 0.1}
+    assert "BF16002" in ids(gpu_health.judge_bf16(data, None, True))
+
+
+@pytest.mark.gpu
+def test_gpu_probes_for_real():
+    r = run_cli("check", "--json", "--only", "torch,bf16,attention,bitsandbytes,gpus", timeout=600)
+    got = {f["id"] for f in json.loads(r.stdout)["findings"]}
+    assert "BF16000" in got and "TORCH000" in got and "GPU000" in got
