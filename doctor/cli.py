@@ -115,12 +115,9 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--markdown", action="store_true", help="print docs/codes.md")
     k.set_defaults(func=cmd_codes)
 
-    for mod in ("doctor.fixcmd", "doctor.supervisor", "doctor.explain", "doctor.report", "doctor.demo"):
-        try:
-            m = __import__(mod, fromlist=["register"])
-        except ImportError:
-            continue
-        m.register(sub)
+    from doctor import explain
+
+    explain.register(sub)
     return p
 
 
