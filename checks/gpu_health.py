@@ -31,9 +31,16 @@ def _shape(ctx: Context) -> dict[str, int]:
     return {"heads": heads, "kv_heads": kv, "head_dim": hd}
 
 
-def _torch_ok(ctx: Context) -> bool:
+def _probe_data(ctx: Context, name: str, area: str) -> tuple[dict[str, Any] | None, list[Finding]]:
+    """(probe data, failure findings). Without a working torch there is nothing to add: the torch
+    check already explains why, so both are empty."""
     t = ctx.probes.get("torch")
-    return t is not None and t.ok
+    if t is None or not t.ok:
+        return None, []
+    res = ctx.probes.get(name)
+    if res is None or not res.ok:
+        return None, probe_failure(res, area)
+    return res.data, []
 
 
 # ---------------------------------------------------------------- BF16
@@ -71,14 +78,11 @@ def _bf16_probes(ctx: Context) -> list[ProbeSpec]:
 
 @check("bf16", probes=_bf16_probes, order=40)
 def bf16(ctx: Context) -> list[Finding]:
-    if not _torch_ok(ctx):
-        return []  # the torch check already explains why
-    res = ctx.probes.get("bf16")
-    if res is None or not res.ok:
-        return probe_failure(res, "bf16")
-    t = ctx.probes["torch"].data
-    arch = (t.get("devices") or [{}])[0].get("arch")
-    return judge_bf16(res.data, arch, bool(ctx.cfg("bf16") or ctx.cfg("pure_bf16")))
+    data, fails = _probe_data(ctx, "bf16", "bf16")
+    if data is None:
+        return fails
+    arch = (ctx.probes["torch"].data.get("devices") or [{}])[0].get("arch")
+    return judge_bf16(data, arch, bool(ctx.cfg("bf16") or ctx.cfg("pure_bf16")))
 
 
 # ---------------------------------------------------------------- attention
@@ -137,17 +141,11 @@ def _attn_probes(ctx: Context) -> list[ProbeSpec]:
 
 @check("attention", probes=_attn_probes, order=41)
 def attention(ctx: Context) -> list[Finding]:
-    if not _torch_ok(ctx):
-        return []
-    res = ctx.probes.get("attention")
+    data, fails = _probe_data(ctx, "attention", "attention")
+    if data is None and not fails:
+        return []  # no torch
     t = ctx.probes["torch"].data
     arch = (t.get("devices") or [{}])[0].get("arch")
-    data = None
-    fails: list[Finding] = []
-    if res is None or not res.ok:
-        fails = probe_failure(res, "attention")
-    else:
-        data = res.data
     flash_cfg = str(ctx.cfg("flash_attn", "auto")).lower() if ctx.config else "auto"
     return fails + judge_attention(data, flash_cfg, int(ctx.cfg("cutoff_len", 2048) or 2048), ctx.env, arch,
                                    bool(t.get("hip")))
@@ -207,10 +205,8 @@ def _bnb_probes(ctx: Context) -> list[ProbeSpec]:
 
 @check("bitsandbytes", probes=_bnb_probes, order=42)
 def bitsandbytes(ctx: Context) -> list[Finding]:
-    if not _torch_ok(ctx):
-        return []
-    res = ctx.probes.get("bnb")
-    if res is None or not res.ok:
-        return probe_failure(res, "bitsandbytes")
-    return judge_bnb(res.data, ctx.cfg("quantization_bit"), str(ctx.cfg("quantization_method", "bnb")),
+    data, fails = _probe_data(ctx, "bnb", "bitsandbytes")
+    if data is None:
+        return fails
+    return judge_bnb(data, ctx.cfg("quantization_bit"), str(ctx.cfg("quantization_method", "bnb")),
                      ctx.model_config(), ctx.probes["torch"].data.get("hip"))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from doctor.context import Context
 from doctor.findings import Finding, make
@@ -30,7 +30,6 @@ class CheckDef:
     needs_config: bool = False
     quick: bool = False  # runs under --quick (no torch import)
     order: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 REGISTRY: list[CheckDef] = []
