@@ -44,10 +44,10 @@ CATEGORIES: dict[str, tuple[str | None, bool, str]] = {
                           "A collective (RCCL/NCCL) timed out or failed. Early in the run with a low sequence number "
                           "this is usually rank 0 still preprocessing: raise ddp_timeout. Later, one rank hung or "
                           "the interconnect failed: check NCCL_SOCKET_IFNAME / P2P settings."),
-    "nan_or_divergent_loss": ("lower-lr", True,
-                              "The loss became NaN/Inf or diverged. Lower the learning rate (and check the attention "
-                              "kernel numerics with `rocm-doctor check`)."),
-    "bf16_unsupported": ("fix-precision", False,
+    "nan_or_divergent_loss": ("disable-flash-attn", True,
+                              "The loss became NaN/Inf or diverged. A wrong attention kernel is ruled out first "
+                              "(`flash_attn: sdpa`/`disabled`), then the learning rate is lowered (playbook lower-lr)."),
+    "bf16_unsupported": ("fix-precision", True,
                          "The precision flags were refused: bf16 and fp16 both set, or a bf16 check that does not "
                          "know this GPU. Keep one of them; on MI200/MI300 upgrade transformers rather than dropping bf16."),
     "template_or_tokenizer": (None, False,
@@ -106,7 +106,7 @@ RULES: list[Rule] = [
                            r"NCCL error|RCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
                            r"ncclRemoteError|DistBackendError|collective operation timeout|"
                            r"Socket Timeout|Connection reset by peer.*(?:gloo|nccl|rccl)", 15),
-    R("nan_or_divergent_loss", r"'loss': nan|\"loss\": NaN|'grad_norm': nan|loss(?:=| is |: )n?an\b|"
+    R("nan_or_divergent_loss", r"'loss': '?nan|\"loss\": NaN|'grad_norm': '?(?:nan|inf)|loss(?:=| is |: )n?an\b|"
                                r"Loss is NaN|nan loss|detected.*\bnan\b|'loss': inf|grad_norm.: inf", 12),
     R("bf16_unsupported", r"Your setup doesn't support bf16|At most one of fp16 and bf16|"
                           r"bf16.*(?:not supported|requires)|does not support `pure_bf16`|"
@@ -214,11 +214,23 @@ TRAINING_KEYS = {"per_device_train_batch_size", "learning_rate", "num_train_epoc
                  "finetuning_type", "dataset", "cutoff_len", "bf16", "fp16", "lora_target", "template"}
 
 
+def _is_source_line(lines: list[str], i: int) -> bool:
+    """The quoted source line under a traceback frame (``raise ValueError(f"...")``): not the error itself."""
+    return i > 0 and lines[i].startswith(" ") and bool(FRAME.search(lines[i - 1]))
+
+
 def classify_text(text: str, exit_code: int | None = None, signal_name: str | None = None) -> Classification:
     lines = clean_lines(text)
+    first = _first_error(lines, skip_source=True) or _first_error(lines, skip_source=False)
+    return _classification(lines, first, exit_code, signal_name)
+
+
+def _first_error(lines: list[str], skip_source: bool) -> tuple[int, Rule] | None:
     first: tuple[int, Rule] | None = None
     for i, line in enumerate(lines):
         if not line.strip() or NOISE.search(line) and not re.search(r"Error:|error:", line):
+            continue
+        if skip_source and _is_source_line(lines, i):
             continue
         best = None
         for rule in RULES:
@@ -244,6 +256,11 @@ def classify_text(text: str, exit_code: int | None = None, signal_name: str | No
                 continue
             break
         break
+    return first
+
+
+def _classification(lines: list[str], first: tuple[int, Rule] | None, exit_code: int | None,
+                    signal_name: str | None) -> Classification:
     if first is None:
         if signal_name or (exit_code is not None and exit_code in (137, -9, 143, -15)):
             cat = "killed_by_signal"
@@ -275,7 +292,7 @@ def classify_text(text: str, exit_code: int | None = None, signal_name: str | No
     if cat == "nccl_rccl_timeout" and details.get("seq_num", 0) >= 50:
         pb, auto = None, False
     ev_idx = [i] + [j for j in range(i + 1, min(len(lines), i + 6))
-                    if lines[j].strip() and not NOISE.search(lines[j])][:3]
+                    if lines[j].strip() and not NOISE.search(lines[j]) and not _is_source_line(lines, j)][:3]
     evidence = [lines[j].strip()[:500] for j in ev_idx]
     return Classification(cat, pb, auto, evidence, summ + summary_extra, line_no=i + 1, details=details)
 

@@ -95,6 +95,18 @@ def cmd_codes(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_playbooks(args: argparse.Namespace) -> int:
+    import playbooks
+
+    if args.markdown:
+        print(playbooks.markdown_page())
+        return 0
+    for pb in playbooks.catalog().values():
+        ans = ", ".join(list(pb.findings) + list(pb.categories))
+        print(f"{pb.id:19} {'auto' if pb.auto else 'asks':5} {pb.title}  [{ans}]")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="rocm-doctor", description="Preflight, fix-and-retry and support tool for "
                 "LLaMA-Factory fine-tuning on AMD ROCm GPUs.")
@@ -115,15 +127,28 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--markdown", action="store_true", help="print docs/codes.md")
     k.set_defaults(func=cmd_codes)
 
-    from doctor import explain
+    pb = sub.add_parser("playbooks", help="list the playbooks (remedies fix/train apply)")
+    pb.add_argument("--markdown", action="store_true", help="print docs/playbooks.md")
+    pb.set_defaults(func=cmd_playbooks)
 
+    from doctor import demo, explain, fixing, supervise
+
+    fixing.register(sub)
+    supervise.register(sub)
+    demo.register(sub)
     explain.register(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv and argv[:1] == ["train"]:  # `train CONFIG -- key=value ...` for llamafactory-cli
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
     args = parser.parse_args(argv)
+    args.extra = extra
     try:
         return args.func(args)
     except InputError as e:

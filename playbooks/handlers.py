@@ -1,0 +1,126 @@
+"""Handlers for the playbooks whose patch needs judgement (see ``catalog.yaml``).
+
+A handler gets the round-trip mapping (edited in place), the :class:`~playbooks.PatchInput` (the
+findings or classification that triggered it, the model's config.json, earlier playbooks) and the
+:class:`~playbooks.Outcome` to fill: ``changes`` (human-readable), ``env``, or ``stop`` when no config
+change can help. Leaving ``changes`` empty means "does not apply here"; ``train`` then tries the next
+playbook for the category.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from playbooks import Outcome, PatchInput, delete_key, fmt, rename_key, set_key
+
+QUANT_KEYS = ("quantization_bit", "quantization_method", "quantization_type", "double_quantization",
+              "quantization_device_map")
+
+
+def _num(v: Any) -> float | None:
+    """YAML gives `1.0e-4` as a float but `1e-4` as a string (YAML 1.2); LLaMA-Factory accepts both."""
+    if isinstance(v, bool) or v is None:
+        return None
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _known_fields() -> set[str] | None:
+    from doctor import lfschema
+
+    schema, _ = lfschema.load(lfschema.DEFAULT_VERSION)
+    return set((schema or {}).get("fields", {})) or None
+
+
+def drop_unknown_keys(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    from checks.config_lint import RENAMES
+
+    keys: list[str] = []
+    for f in inp.findings:
+        if getattr(f, "id", "") == "CFG001":
+            keys += list(f.evidence.get("keys") or [])
+    if inp.classification is not None:
+        keys += list((inp.classification.details or {}).get("keys") or [])
+    fields = _known_fields()
+    if not keys and fields:
+        keys = [k for k in cm if k not in fields]
+    for k in dict.fromkeys(keys):
+        if k not in cm:
+            continue
+        if fields and k in fields:
+            continue  # a real LLaMA-Factory key: the YAML went to the wrong subcommand; dropping it is wrong
+        new = RENAMES.get(k)
+        if new and new not in cm:
+            out.changes.append(f"{k} -> {new} (renamed upstream)")
+            rename_key(cm, k, new)
+        else:
+            out.changes.append(f"{k}: removed (was {fmt(cm[k])})")
+            delete_key(cm, k)
+
+
+def disable_flash_attn(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    cur = str(cm.get("flash_attn", "auto"))
+    sdpa_broken = any(getattr(f, "id", "") == "ATTN002" for f in inp.findings)
+    if cur == "fa2" and not sdpa_broken:
+        new = "sdpa"
+    elif cur != "disabled":
+        new = "disabled"
+    else:
+        return
+    out.changes.append(f"flash_attn: {cur} -> {new}" if "flash_attn" in cm else f"flash_attn: {new} (added)")
+    set_key(cm, "flash_attn", new, after="template")
+
+
+def qlora_to_lora(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    qc = (inp.model_config or {}).get("quantization_config")
+    if qc:
+        method = qc.get("quant_method", "?") if isinstance(qc, dict) else "?"
+        out.stop = (f"the model at model_name_or_path is a pre-quantized ({method}) checkpoint: it cannot be "
+                    "un-quantized. Point model_name_or_path at the unquantized base model, then QLoRA->LoRA applies.")
+        return
+    if "quantization_bit" not in cm:
+        return
+    for k in QUANT_KEYS:
+        if k in cm:
+            out.changes.append(f"{k}: removed (was {fmt(cm[k])})")
+            delete_key(cm, k)
+
+
+def reduce_memory(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    bs = int(_num(cm.get("per_device_train_batch_size", 1)) or 1)
+    ga = int(_num(cm.get("gradient_accumulation_steps", 1)) or 1)
+    if bs > 1:
+        nbs = bs // 2
+        nga = ga * bs // nbs if (ga * bs) % nbs == 0 else ga * 2
+        out.changes.append(f"per_device_train_batch_size: {bs} -> {nbs}")
+        out.changes.append(f"gradient_accumulation_steps: {ga} -> {nga} (effective batch {bs * ga} -> {nbs * nga})")
+        set_key(cm, "per_device_train_batch_size", nbs)
+        set_key(cm, "gradient_accumulation_steps", nga, after="per_device_train_batch_size")
+        return
+    if cm.get("disable_gradient_checkpointing") is True:
+        out.changes.append("disable_gradient_checkpointing: removed (gradient checkpointing back on)")
+        delete_key(cm, "disable_gradient_checkpointing")
+        return
+    cl = int(_num(cm.get("cutoff_len", 2048)) or 2048)
+    if cl > 512:
+        new = max(512, cl // 2)
+        out.changes.append(f"cutoff_len: {cl} -> {new} (longer samples are truncated)")
+        set_key(cm, "cutoff_len", new)
+
+
+def lower_lr(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    lr = _num(cm.get("learning_rate", 5e-5)) or 5e-5
+    full = str(cm.get("finetuning_type", "lora")) == "full"
+    cap = 1e-5 if full else 2e-4
+    new = min(lr / 10, cap)
+    new = float(f"{new:.3g}")
+    if new < 1e-8:
+        return
+    out.changes.append(f"learning_rate: {fmt(cm.get('learning_rate', '5e-5 (default)'))} -> {new:g}")
+    set_key(cm, "learning_rate", new)
+    mgn = _num(cm.get("max_grad_norm", 1.0))
+    if mgn is None or mgn > 1.0:
+        out.changes.append(f"max_grad_norm: {fmt(cm.get('max_grad_norm', 'unset'))} -> 1.0")
+        set_key(cm, "max_grad_norm", 1.0, after="learning_rate")
