@@ -31,6 +31,7 @@ def fix_findings(cm: Any, findings: list[Any], *, severities: tuple[str, ...] = 
                  env: dict[str, str] | None = None) -> FixResult:
     """Apply, in catalog order, each playbook that answers one of ``findings`` (edits ``cm``)."""
     import playbooks as pbs
+    from doctor.codes import CODES
 
     res = FixResult()
     relevant = [f for f in findings if f.severity.value in severities and f.playbook]
@@ -39,10 +40,14 @@ def fix_findings(cm: Any, findings: list[Any], *, severities: tuple[str, ...] = 
         hits = [f for f in relevant if f.playbook == pb.id or f.id in pb.findings]
         if not hits:
             continue
+        if pb.id not in include:
+            asks = [f for f in hits if not (pb.auto and CODES[f.id].autofix)]
+            if asks:
+                res.pending.append({"playbook": pb.id, "findings": sorted({f.id for f in asks}), "title": pb.title})
+            hits = [f for f in hits if all(f is not a for a in asks)]
+            if not hits:
+                continue
         ids = sorted({f.id for f in hits})
-        if not (pb.auto or pb.id in include):
-            res.pending.append({"playbook": pb.id, "findings": ids, "title": pb.title})
-            continue
         out = pbs.apply(pb, cm, pbs.PatchInput(findings=hits, model_config=model_config))
         if out.stop:
             res.stopped.append({"playbook": pb.id, "findings": ids, "reason": out.stop})
