@@ -131,12 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     pb.add_argument("--markdown", action="store_true", help="print docs/playbooks.md")
     pb.set_defaults(func=cmd_playbooks)
 
-    from doctor import demo, explain, fixing, supervise
+    from doctor import demo, explain, fixing, report, supervise
 
     fixing.register(sub)
     supervise.register(sub)
     demo.register(sub)
     explain.register(sub)
+    report.register(sub)
     return p
 
 
