@@ -68,6 +68,12 @@ def cmd_check(args: argparse.Namespace) -> int:
         bad = only - set(AREAS)
         if bad:
             raise InputError(f"unknown area(s) for --only: {', '.join(sorted(bad))} (areas: {', '.join(AREAS)})")
+    if args.distributed:
+        if args.quick:
+            raise InputError("--distributed runs probes and collectives; it cannot be --quick")
+        from doctor import distributed
+
+        return distributed.cmd(args, getattr(args, "argv", ["check", "--distributed"]))
     ctx, findings = run_check(args.config, quick=args.quick, only=only, python=args.python, timeout=args.timeout)
     if args.json:
         print(check_json(findings, environment_summary(ctx)))
@@ -120,6 +126,14 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--verbose", "-v", action="store_true", help="details and evidence for every finding")
     c.add_argument("--python", help="the Python of the environment to examine (default: this one)")
     c.add_argument("--timeout", type=float, default=120.0, help="seconds per probe (default 120)")
+    c.add_argument("--distributed", action="store_true", help="run on every rank under torchrun (or launch "
+                   "torchrun from NNODES/NODE_RANK/NPROC_PER_NODE/MASTER_ADDR/MASTER_PORT); rank 0 reports")
+    c.add_argument("--dist-timeout", type=float, default=60.0, help="seconds for process-group init and for "
+                   "each collective phase (default 60)")
+    c.add_argument("--dist-sizes", default="1M,16M,64M,256M", help="all_reduce sizes (default 1M,16M,64M,256M)")
+    c.add_argument("--dist-iters", type=int, default=5, help="timed all_reduce iterations per size (default 5)")
+    c.add_argument("--min-busbw", type=float, help="warn when all_reduce bus bandwidth at the largest size is "
+                   "below this many GB/s")
     c.set_defaults(func=cmd_check)
 
     k = sub.add_parser("codes", help="list or explain finding ids")
@@ -150,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, extra = argv[:i], argv[i + 1:]
     args = parser.parse_args(argv)
     args.extra = extra
+    args.argv = argv
     try:
         return args.func(args)
     except InputError as e:

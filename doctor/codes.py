@@ -284,6 +284,51 @@ _ENTRIES: list[CodeDoc] = [
             "enable gradient checkpointing, or shorten cutoff_len.", "reduce-memory", True),
     CodeDoc("MEM002", "memory", I, "Memory estimate not possible",
             "The model's config.json is not available locally, so its size is unknown.", "Nothing to do."),
+    # ---------------------------------------------------------------- distributed (check --distributed)
+    CodeDoc("DIST000", "distributed", OK, "All ranks agree",
+            "Every rank has the same versions, config and training environment, and the collectives complete.",
+            "Nothing to do."),
+    CodeDoc("DIST001", "distributed", E, "A version differs across ranks",
+            "torch, HIP/CUDA, ROCm, the driver, transformers, llamafactory, bitsandbytes or flash_attn differ "
+            "between ranks (one node upgraded, a different container image): kernels and numerics differ, "
+            "RCCL versions may not interoperate, and LLaMA-Factory may behave differently per node.",
+            "Install the same stack on every node (one container image); the evidence lists which ranks have "
+            "which version."),
+    CodeDoc("DIST002", "distributed", E, "The training config differs across ranks",
+            "The YAML's hash differs between ranks (an edited copy on one node): ranks would train different "
+            "things or fail at different points.",
+            "Put the config on shared storage or copy the same file to every node."),
+    CodeDoc("DIST003", "distributed", W, "A training-relevant environment variable differs across ranks",
+            "HSA_OVERRIDE_GFX_VERSION, allocator settings, OPTIM_TORCH, flash-attention switches or NCCL/RCCL "
+            "variables set on some ranks only change kernels, memory behaviour or the collective algorithm "
+            "per node. Interface names (NCCL_SOCKET_IFNAME) may legitimately differ (reported as info).",
+            "Export the same variables on every node (the launcher script or the scheduler's environment)."),
+    CodeDoc("DIST004", "distributed", E, "A rank's local check found errors",
+            "The per-rank check (probes on that rank's GPU) found an error on some ranks: the job would fail or "
+            "diverge there.",
+            "Read `ranks[].findings` of the listed ranks; fix that node (or exclude it)."),
+    CodeDoc("DIST005", "distributed", E, "Process group init failed or timed out",
+            "Not every rank joined the rendezvous within --dist-timeout: a node not started, MASTER_ADDR/PORT "
+            "not reachable, a firewall, or the wrong network interface. Training would hang at start-up.",
+            "Check MASTER_ADDR/MASTER_PORT reachability, the firewall, NCCL_SOCKET_IFNAME, then rerun with "
+            "NCCL_DEBUG=INFO."),
+    CodeDoc("DIST006", "distributed", E, "A collective failed or hung",
+            "all_gather/all_reduce raised or did not finish in time (the probe was stopped): RCCL/NCCL cannot "
+            "talk over the configured transport. Training would hang at its first collective.",
+            "Check NCCL_SOCKET_IFNAME, NCCL_IB_HCA/NCCL_IB_DISABLE, NCCL_NET_GDR_LEVEL, HSA_FORCE_FINE_GRAIN_PCIE "
+            "(RCCL) and rerun with NCCL_DEBUG=INFO."),
+    CodeDoc("DIST007", "distributed", W, "A straggler rank",
+            "One rank reaches the collective far later than the others after the same local work: a slower or "
+            "throttled GPU, a busy CPU, or a GPU shared with another job. Every training step waits for it.",
+            "Check that rank's GPU (clocks, temperature, other processes with `amd-smi`) and CPU load."),
+    CodeDoc("DIST008", "distributed", W, "Bus bandwidth below the floor",
+            "all_reduce bus bandwidth at the largest size is below --min-busbw: a slow or misconfigured "
+            "interconnect (TCP instead of InfiniBand/RoCE, P2P disabled, a bad link).",
+            "Compare with rccl-tests on the same nodes; check NCCL_IB_*, NCCL_P2P_DISABLE and the NIC."),
+    CodeDoc("DIST009", "distributed", I, "Collective bandwidth",
+            "all_reduce time, algbw and busbw (rccl-tests definition: busbw = algbw × 2(n-1)/n) per size, with "
+            "the backend training will use.",
+            "Nothing to do; compare across runs and nodes."),
 ]
 
 CODES: dict[str, CodeDoc] = {c.id: c for c in _ENTRIES}

@@ -94,6 +94,10 @@ def probe_failure(res: ProbeResult | None, check: str) -> list[Finding]:
     return []
 
 
+DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
+             "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT"}
+
+
 def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
     """Run all probes, one worker per group, groups concurrently; results land in ctx.probes."""
     groups: dict[str, list[ProbeSpec]] = {}
@@ -105,7 +109,9 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
         groups.setdefault(s.group, []).append(s)
     if not groups:
         return
-    env = dict(ctx.env)
+    # Under torchrun (check --distributed) the local probes must not see the rendezvous: transformers'
+    # TrainingArguments (LLaMA-Factory's parser probe) would join the process group itself.
+    env = {k: v for k, v in ctx.env.items() if k not in DIST_VARS and not k.startswith("TORCHELASTIC_")}
 
     def _run(item: tuple[str, list[ProbeSpec]]) -> dict[str, ProbeResult]:
         group, gspecs = item
