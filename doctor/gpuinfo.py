@@ -305,6 +305,75 @@ def _run_json(cmd: list[str]) -> Any:
     return json.loads(text[start:])
 
 
+# ------------------------------------------------------------------ amdsmi library (guarded subprocess)
+
+# Runs in a separate interpreter: the PyPI amdsmi is a thin wrapper over the system's libamd_smi.so and a
+# mismatched one raises KeyError/AttributeError, prints junk or even crashes; the doctor must survive all.
+AMDSMI_SCRIPT = r"""
+import json
+import amdsmi as a
+a.amdsmi_init()
+out = []
+try:
+    for i, h in enumerate(a.amdsmi_get_processor_handles()):
+        r = {"gpu": i}
+        for key, fn in (("asic", "amdsmi_get_gpu_asic_info"), ("vram", "amdsmi_get_gpu_vram_usage"),
+                        ("activity", "amdsmi_get_gpu_activity"), ("driver", "amdsmi_get_gpu_driver_info"),
+                        ("bdf", "amdsmi_get_gpu_device_bdf"), ("enum", "amdsmi_get_gpu_enumeration_info"),
+                        ("procs", "amdsmi_get_gpu_process_list")):
+            try:
+                r[key] = getattr(a, fn)(h)
+            except Exception as e:
+                r[key] = "N/A"
+        out.append(r)
+finally:
+    a.amdsmi_shut_down()
+print("AMDSMI_JSON " + json.dumps(out, default=str))
+"""
+
+
+def parse_amdsmi_lib(records: Any) -> list[GPU]:
+    """Records printed by :data:`AMDSMI_SCRIPT` (the amdsmi library's dicts: VRAM in MiB)."""
+    out = []
+    for r in records if isinstance(records, list) else []:
+        if not isinstance(r, dict):
+            continue
+        g = GPU(index=int(r.get("gpu", len(out))), source="amdsmi", vendor="amd")
+        asic = r.get("asic") if isinstance(r.get("asic"), dict) else {}
+        g.name = str(na(asic.get("market_name")) or "")
+        g.arch = normalize_gfx(na(asic.get("target_graphics_version")) or "")
+        vram = r.get("vram") if isinstance(r.get("vram"), dict) else {}
+        g.vram_total_mib = to_mib(vram.get("vram_total"), "MiB")
+        g.vram_used_mib = to_mib(vram.get("vram_used"), "MiB")
+        act = r.get("activity") if isinstance(r.get("activity"), dict) else {}
+        u = na(act.get("gfx_activity"))
+        g.util_pct = float(u) if isinstance(u, (int, float)) else None
+        drv = r.get("driver") if isinstance(r.get("driver"), dict) else {}
+        g.driver = str(na(drv.get("driver_version")) or "")
+        g.bdf = str(na(r.get("bdf")) or "")
+        procs = r.get("procs")
+        g.processes = [p if isinstance(p, dict) else {"handle": str(p)} for p in procs] if isinstance(procs, list) else []
+        enum = r.get("enum") if isinstance(r.get("enum"), dict) else {}
+        hip = na(enum.get("hip_id"))
+        if isinstance(hip, int):
+            g.index = hip
+        out.append(g)
+    return sorted(out, key=lambda g: g.index)
+
+
+def query_amdsmi_lib(python: str | None = None, env: dict[str, str] | None = None) -> list[GPU]:
+    """The amdsmi library in a subprocess; raises on any failure (the caller falls back)."""
+    import sys
+
+    p = subprocess.run([python or sys.executable, "-c", AMDSMI_SCRIPT], capture_output=True, text=True,
+                       timeout=TOOL_TIMEOUT, env=env)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("AMDSMI_JSON ")), None)
+    if p.returncode != 0 or line is None:
+        tail = (p.stderr or p.stdout).strip().splitlines()
+        raise RuntimeError(f"amdsmi library: {tail[-1] if tail else f'exit {p.returncode}'}")
+    return parse_amdsmi_lib(json.loads(line[len("AMDSMI_JSON "):]))
+
+
 def amdsmi_library_status(python: str | None = None) -> tuple[bool, str]:
     """Whether ``import amdsmi`` works in the examined Python, in a subprocess (a broken one can crash,
     print junk, or raise KeyError: 'libamd_smi.so' instead of ImportError)."""
@@ -322,11 +391,23 @@ def amdsmi_library_status(python: str | None = None) -> tuple[bool, str]:
     return False, lines[-1] if lines else f"exit {p.returncode}"
 
 
-def inventory(root: str | Path = "/", env: dict[str, str] | None = None) -> tuple[list[GPU], list[str]]:
+def inventory(root: str | Path = "/", env: dict[str, str] | None = None,
+              use_library: bool = True) -> tuple[list[GPU], list[str]]:
     """GPUs of this machine and the notes on which sources failed. Never raises."""
     env = env if env is not None else dict(os.environ)
     notes: list[str] = []
-    # 1. amd-smi CLI (preferred over the amdsmi library, which is imported only to judge it: GPU004)
+    # 0. the amdsmi library, only where it is installed; guarded in a subprocess (see AMDSMI_SCRIPT)
+    if use_library:
+        import importlib.util
+
+        if importlib.util.find_spec("amdsmi") is not None:
+            try:
+                gpus = query_amdsmi_lib(env=env)
+                if gpus:
+                    return gpus, notes
+            except Exception as e:
+                notes.append(f"amdsmi: {e}")
+    # 1. amd-smi CLI
     try:
         static = _run_json(["amd-smi", "static", "--asic", "--vram", "--driver", "--bus", "--json"])
         try:

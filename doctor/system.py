@@ -62,8 +62,8 @@ def device_access() -> dict[str, Any]:
     }
 
 
-def gather(env: dict[str, str]) -> dict[str, Any]:
-    gpus, notes = gpuinfo.inventory(env=env)
+def gather(env: dict[str, str], use_library: bool = True) -> dict[str, Any]:
+    gpus, notes = gpuinfo.inventory(env=env, use_library=use_library)
     ver, src = rocm_version(env)
     return {
         "rocm_version": ver,
@@ -79,5 +79,5 @@ def gather(env: dict[str, str]) -> dict[str, Any]:
 def facts(ctx) -> dict[str, Any]:
     """Memoised system facts for a run (tests may pre-seed ``ctx.facts['system']``)."""
     if "system" not in ctx.facts:
-        ctx.facts["system"] = gather(ctx.env)
+        ctx.facts["system"] = gather(ctx.env, use_library=not ctx.options.quick)  # --quick: no extra interpreter
     return ctx.facts["system"]

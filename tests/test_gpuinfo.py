@@ -4,6 +4,8 @@ import json
 import os
 import stat
 
+import pytest
+
 from doctor import gpuinfo
 from tests.conftest import shared_fixture
 
@@ -120,3 +122,64 @@ case "$1" in static) cat '{static}';; metric) cat '{metric}';; *) exit 2;; esac
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
     gpus, _ = gpuinfo.inventory(root=tmp_path)
     assert gpus[0].source == "amd-smi" and gpus[0].vram_used_mib == 283
+
+
+def _fake_amdsmi(tmp_path, body: str):
+    pkg = tmp_path / "site" / "amdsmi"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(body)
+    return tmp_path / "site"
+
+
+def _amdsmi_from_fixture() -> str:
+    """A stand-in for the amdsmi library (no AMD GPU here) answering with the recorded MI300X values, in the
+    shapes the library returns (VRAM usage in MiB, activity in %, N/A strings)."""
+    static = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json").read_text())
+    metric = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json").read_text())
+    asic = static["gpu_data"][0]["asic"]
+    mem = metric[0]["mem_usage"]
+    return f"""
+def amdsmi_init(): pass
+def amdsmi_shut_down(): pass
+def amdsmi_get_processor_handles(): return ["h0", "h1"]
+def amdsmi_get_gpu_asic_info(h): return {asic!r}
+def amdsmi_get_gpu_vram_usage(h):
+    return {{"vram_total": {mem['total_vram']['value']}, "vram_used": {mem['used_vram']['value']} if h == "h0" else 150000}}
+def amdsmi_get_gpu_activity(h): return {{"gfx_activity": 0, "umc_activity": 0, "mm_activity": "N/A"}}
+def amdsmi_get_gpu_driver_info(h): return {{"driver_name": "amdgpu", "driver_version": "6.10.5"}}
+def amdsmi_get_gpu_device_bdf(h): return "0000:0c:00.0" if h == "h0" else "0000:22:00.0"
+def amdsmi_get_gpu_enumeration_info(h): return {{"hip_id": 1 if h == "h0" else 0}}
+def amdsmi_get_gpu_process_list(h): raise RuntimeError("not permitted")
+"""
+
+
+def test_inventory_prefers_amdsmi_library(tmp_path, monkeypatch):
+    site = _fake_amdsmi(tmp_path, _amdsmi_from_fixture())
+    monkeypatch.syspath_prepend(str(site))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    gpus, notes = gpuinfo.inventory(root=tmp_path, env=env)
+    assert [g.source for g in gpus] == ["amdsmi", "amdsmi"]
+    assert [(g.index, g.bdf) for g in gpus] == [(0, "0000:22:00.0"), (1, "0000:0c:00.0")]  # HIP order
+    g1 = gpus[1]
+    assert g1.name == "AMD Instinct MI300X" and g1.arch == "gfx942" and g1.vram_total_mib == 196592
+    assert g1.vram_used_mib == 283 and g1.util_pct == 0 and g1.driver == "6.10.5" and g1.processes == []
+    # --quick never starts the extra interpreter
+    gpus, _ = gpuinfo.inventory(root=tmp_path, env=env, use_library=False)
+    assert not gpus or gpus[0].source != "amdsmi"
+
+
+@pytest.mark.parametrize("body", ["raise KeyError('libamd_smi.so')",
+                                  "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)",
+                                  "def amdsmi_init():\n    raise AttributeError('undefined symbol: amdsmi_get_gpu_metrics_info')"],
+                         ids=["keyerror", "segfault", "symbol"])
+def test_broken_amdsmi_library_falls_back(tmp_path, monkeypatch, body):
+    site = _fake_amdsmi(tmp_path, body)
+    monkeypatch.syspath_prepend(str(site))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake_tool(bindir, "rocm-smi", shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
+    gpus, notes = gpuinfo.inventory(root=tmp_path, env=env)
+    assert gpus and gpus[0].source == "rocm-smi"
+    assert any(n.startswith("amdsmi") for n in notes)
