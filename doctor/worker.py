@@ -153,6 +153,13 @@ def run_probes(specs: list[ProbeSpec], python: str | None = None,
                                                      duration_s=rec.get("duration_s", 0.0))
                             if n == current:
                                 current = None
+                    if rc is None and len(done) == len(by_name):
+                        # all results are in: do not wait for the interpreter's teardown
+                        try:
+                            proc.wait(timeout=2)
+                        except subprocess.TimeoutExpired:
+                            _kill_group(proc)
+                        break
                     if rc is not None:
                         if current is not None and current not in done:
                             failed_name = current
