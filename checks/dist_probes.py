@@ -34,7 +34,7 @@ def probe_collectives(payload: dict[str, Any], sizes: list[int], iters: int = 5,
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     cuda = torch.cuda.is_available()
-    backend = backend or ("nccl" if cuda else "gloo")
+    backend = backend if backend and backend != "auto" else ("nccl" if cuda else "gloo")
     dev = torch.device("cpu")
     if backend == "nccl":
         dev = torch.device("cuda", local % max(1, torch.cuda.device_count()))

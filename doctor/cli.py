@@ -131,6 +131,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--dist-timeout", type=float, default=60.0, help="seconds for process-group init and for "
                    "each collective phase (default 60)")
     c.add_argument("--dist-sizes", default="1M,16M,64M,256M", help="all_reduce sizes (default 1M,16M,64M,256M)")
+    c.add_argument("--dist-backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="collective backend (default auto: nccl/RCCL with GPUs, gloo without)")
     c.add_argument("--dist-iters", type=int, default=5, help="timed all_reduce iterations per size (default 5)")
     c.add_argument("--min-busbw", type=float, help="warn when all_reduce bus bandwidth at the largest size is "
                    "below this many GB/s")

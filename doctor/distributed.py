@@ -225,7 +225,8 @@ def run_rank(args: Any) -> int:
           "fingerprint": fingerprint(ctx, es), "findings": [f.to_dict() for f in findings]}
     sizes = parse_sizes(args.dist_sizes)
     spec = ProbeSpec("collectives", "checks.dist_probes", "probe_collectives",
-                     {"payload": me, "sizes": sizes, "iters": args.dist_iters, "timeout": args.dist_timeout},
+                     {"payload": me, "sizes": sizes, "iters": args.dist_iters, "timeout": args.dist_timeout,
+                      "backend": args.dist_backend},
                      timeout=args.dist_timeout * 2 + 30 + 10 * len(sizes), group="dist")
     res = run_probes([spec], python=ctx.python, env=env)["collectives"]
     if re_["rank"] != 0:

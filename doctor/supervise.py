@@ -252,9 +252,14 @@ class Supervisor:
             return parts + [str(cfg_path)] + self.extra
         exe = Path(sys.executable).with_name("llamafactory-cli")
         cli = str(exe) if exe.exists() else shutil.which("llamafactory-cli")
-        if not cli:
-            raise InputError("llamafactory-cli not found (install llamafactory, or pass --launcher)")
-        return [cli, "train", str(cfg_path)] + self.extra
+        if cli:
+            return [cli, "train", str(cfg_path)] + self.extra
+        import importlib.util
+
+        if importlib.util.find_spec("llamafactory") is not None:  # installed without its console script
+            return [sys.executable, "-c", "import sys; from llamafactory.cli import main; sys.exit(main())",
+                    "train", str(cfg_path)] + self.extra
+        raise InputError("llamafactory-cli not found (install llamafactory, or pass --launcher)")
 
     def output_dir(self, cm: Any) -> Path | None:
         od = cm.get("output_dir")

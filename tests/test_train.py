@@ -69,12 +69,13 @@ def final_global_step(out: Path) -> int:
 @slow
 def test_device_map_fixed_by_preflight(work, tiny_llama3):
     cfg = write_config(work / "cfg.yaml", **base_config(tiny_llama3, device_map="auto"))
-    r, run = train(work, cfg)
+    r, run = train(work, cfg, "--", "max_steps=4")  # extra llamafactory-cli overrides go through
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert run["outcome"] == "succeeded"
     assert [a["playbooks"] for a in run["attempts"]] == [["drop-unknown-keys"]]
     assert "device_map" not in attempt_config(work, 1)
-    assert run["attempts"][0]["steps"]["end"] == 6 and final_global_step(work / "out") == 6
+    assert run["attempts"][0]["command"][-1] == "max_steps=4"
+    assert run["attempts"][0]["steps"]["end"] == 4 and final_global_step(work / "out") == 4
     assert (work / "run" / "summary.md").is_file() and (work / "run" / "attempt-1.log").stat().st_size > 0
     assert (work / "run" / "loss.png").is_file()  # matplotlib is part of the LLaMA-Factory stack
 
@@ -83,9 +84,11 @@ def test_device_map_fixed_by_preflight(work, tiny_llama3):
 @slow
 def test_qlora_without_bitsandbytes_falls_back_to_lora(work, tiny_llama3):
     cfg = write_config(work / "cfg.yaml", **base_config(tiny_llama3, quantization_bit=4, quantization_method="bnb"))
-    r, run = train(work, cfg, "--no-preflight")
+    launcher = f"{sys.executable} -c 'import sys; from llamafactory.cli import main; sys.exit(main())' train {{config}}"
+    r, run = train(work, cfg, "--no-preflight", "--launcher", launcher)
     assert r.returncode == 0, r.stdout[-3000:]
     att = run["attempts"]
+    assert att[0]["command"][:2] == [sys.executable, "-c"]  # --launcher, with {config} substituted
     assert [a["category"] for a in att] == ["bitsandbytes_unavailable", None]
     assert att[1]["playbooks"] == ["qlora-to-lora"]
     assert not [k for k in attempt_config(work, 2) if k.startswith("quantization")]
