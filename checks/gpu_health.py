@@ -45,9 +45,15 @@ def _probe_data(ctx: Context, name: str, area: str) -> tuple[dict[str, Any] | No
 
 # ---------------------------------------------------------------- BF16
 
-def judge_bf16(data: dict[str, Any], arch: str | None, bf16_requested: bool) -> list[Finding]:
+def judge_bf16(data: dict[str, Any], arch: str | None, bf16_requested: bool,
+               precision: str | None = None, use_cpu: bool = False) -> list[Finding]:
     out: list[Finding] = []
     A = "bf16"
+    if precision and data.get("device") == "cpu" and not use_cpu:
+        out.append(make("BF16005", A, f"`{precision}: true` but torch sees no GPU",
+                        "transformers stops with `Your setup doesn't support bf16/gpu. You need to assign use_cpu "
+                        "if you want to train the model on CPU.` (fp16: `fp16 mixed precision requires a GPU`).",
+                        precision=precision))
     if bf16_requested and archs.has_bf16_matrix(arch) is False:
         out.append(make("BF16001", A, f"`bf16: true` on {arch}, which has no BF16 matrix cores",
                         "torch.cuda.is_bf16_supported() says True on every ROCm GPU; this one emulates bf16.",
@@ -82,7 +88,9 @@ def bf16(ctx: Context) -> list[Finding]:
     if data is None:
         return fails
     arch = (ctx.probes["torch"].data.get("devices") or [{}])[0].get("arch")
-    return judge_bf16(data, arch, bool(ctx.cfg("bf16") or ctx.cfg("pure_bf16")))
+    precision = next((k for k in ("bf16", "pure_bf16", "fp16") if ctx.cfg(k) is True), None)
+    return judge_bf16(data, arch, bool(ctx.cfg("bf16") or ctx.cfg("pure_bf16")), precision,
+                      bool(ctx.cfg("use_cpu")))
 
 
 # ---------------------------------------------------------------- attention

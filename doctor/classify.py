@@ -48,8 +48,10 @@ CATEGORIES: dict[str, tuple[str | None, bool, str]] = {
                               "The loss became NaN/Inf or diverged. A wrong attention kernel is ruled out first "
                               "(`flash_attn: sdpa`/`disabled`), then the learning rate is lowered (playbook lower-lr)."),
     "bf16_unsupported": ("fix-precision", True,
-                         "The precision flags were refused: bf16 and fp16 both set, or a bf16 check that does not "
-                         "know this GPU. Keep one of them; on MI200/MI300 upgrade transformers rather than dropping bf16."),
+                         "The precision flags were refused: bf16 and fp16 both set, a bf16 check that does not know "
+                         "this GPU, or no GPU visible at all (transformers 5 words that case the same way: check "
+                         "`rocm-doctor check`, BF16005). Keep one precision flag; on MI200/MI300 upgrade transformers "
+                         "rather than dropping bf16."),
     "template_or_tokenizer": (None, False,
                               "The chat template or tokenizer setup is wrong for this model (no chat template, no pad "
                               "token, unknown template). Set `template:` to the model family's template."),
@@ -127,7 +129,7 @@ RULES: list[Rule] = [
     R("deepspeed_config", r"Please correct the following DeepSpeed config values|"
                           r"DeepSpeed config values that mismatch|ds_config|zero_optimization.*(?:error|invalid)|"
                           r"Please use `FORCE_TORCHRUN=1` to launch DeepSpeed", 22),
-    R("gpu_not_detected", r"No HIP GPUs are available|No CUDA GPUs are available|"
+    R("gpu_not_detected", r"No HIP GPUs are available|No CUDA GPUs are available|fp16 mixed precision requires a GPU|"
                           r"Found no NVIDIA driver|torch\.cuda\.is_available\(\) (?:is|returned) False|"
                           r"hipErrorNoDevice|no ROCm-capable device|HSA_STATUS_ERROR_OUT_OF_RESOURCES|"
                           r"Is CUDA available: False|Unable to open /dev/kfd|Failed to get HSA", 18),

@@ -211,6 +211,11 @@ _ENTRIES: list[CodeDoc] = [
     CodeDoc("BF16004", "bf16", I, "bf16 probed on the CPU only",
             "No GPU is visible; the bf16 numerics were checked on the CPU.", "Nothing to do."),
     # ---------------------------------------------------------------- attention
+    CodeDoc("BF16005", "bf16", E, "Mixed precision requested but torch sees no GPU",
+            "bf16/fp16 training needs a GPU; with none visible (a CPU torch wheel, no /dev/kfd access, "
+            "HIP_VISIBLE_DEVICES=-1, a container started without the devices) transformers refuses the config.",
+            "Fix GPU visibility first (the torch findings say why); to train on the CPU on purpose, set "
+            "`use_cpu: true` and drop bf16/fp16."),
     CodeDoc("ATTN000", "attention", OK, "Attention kernels healthy",
             "The attention implementation LLaMA-Factory will use ran forward and backward within tolerance.",
             "Nothing to do."),

@@ -140,3 +140,13 @@ def test_gpu_probes_for_real():
     r = run_cli("check", "--json", "--only", "torch,bf16,attention,bitsandbytes,gpus", timeout=600)
     got = {f["id"] for f in json.loads(r.stdout)["findings"]}
     assert "BF16000" in got and "TORCH000" in got and "GPU000" in got
+
+
+def test_mixed_precision_without_gpu_is_an_error():
+    cpu = {"device": "cpu", "n": 256, "rel_err": 1e-3, "tflops": 0.1}
+    gh = gpu_health
+    out = gh.judge_bf16(cpu, None, True, "bf16")
+    assert [f.id for f in out] == ["BF16005"] and "use_cpu" in out[0].detail
+    assert [f.id for f in gh.judge_bf16(cpu, None, False, "fp16")] == ["BF16005"]
+    assert [f.id for f in gh.judge_bf16(cpu, None, True, "bf16", use_cpu=True)] == ["BF16004"]  # on purpose
+    assert [f.id for f in gh.judge_bf16(cpu, None, False, None)] == ["BF16004"]
