@@ -279,7 +279,7 @@ class Supervisor:
         res = fix_findings(cm, findings, severities=("error",), model_config=ctx.model_config(), env=self.env)
         self.preflight_info = {"findings": [f"{f.id}:{f.severity.value}" for f in findings],
                                "applied": res.applied, "remaining": [f.to_dict() for f in res.remaining],
-                               "stopped": res.stopped}
+                               "stopped": res.stopped, "pending": res.pending}
         names = [a["playbook"] for a in res.applied]
         changes = [c for a in res.applied for c in a["changes"]]
         self.launch_env.update(res.env)
@@ -288,6 +288,9 @@ class Supervisor:
         blocking = [f for f in res.remaining if f.severity.value == "error"]
         for s in res.stopped:
             self.say(f"  [red]✗[/] {s['playbook']}: {s['reason']}")
+        for p in res.pending:
+            self.say(f"  [yellow]?[/] {p['playbook']} would answer {', '.join(p['findings'])} but asks first: "
+                     f"`rocm-doctor fix {self.config} --apply {p['playbook']}`, then train the fixed copy")
         for f in blocking:
             self.say(f"  [red]✗[/] {f.id} {f.title}" + (f" — {f.hint}" if f.hint else ""))
         if blocking or res.stopped:
