@@ -90,8 +90,10 @@ def R(cat: str, rx: str, weight: int = 10) -> Rule:
 RULES: list[Rule] = [
     R("unknown_config_key", r"Some (?:keys|specified arguments) are not used by the HfArgumentParser", 30),
     R("oom", r"OutOfMemoryError|out of memory|HIP out of memory|CUDA error: out of memory|hipErrorOutOfMemory|"
-             r"RuntimeError: \[enforce fail at alloc_cpu|CUBLAS_STATUS_ALLOC_FAILED|Tried to allocate [\d.]+ [GM]iB", 25),
-    R("flash_attn_failure", r"FlashAttention only supports|FlashAttention backward for head dim|flash_attn_2_cuda|"
+             r"RuntimeError: \[enforce fail at alloc_cpu|CUBLAS_STATUS_ALLOC_FAILED|Tried to allocate [\d.]+ [GM]iB|"
+             # host RAM: the kernel's OOM killer takes a DataLoader worker first
+             r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 25),
+    R("flash_attn_failure", r"FlashAttention (?:forward |backward )?only supports|FlashAttention backward for head dim|flash_attn_2_cuda|"
                             r"flash_attn_cuda|flash_attn_interface|flash-attn|flash_attn\b.*(?:error|not)|"
                             r"does not support this problem|Invalid archs: \[|"
                             r"FlashAttention2 has been toggled on|ck_tile|fmha_fwd", 18),
@@ -103,7 +105,11 @@ RULES: list[Rule] = [
     R("hip_invalid_device_function", r"invalid device function|hipErrorInvalidDeviceFunction|"
                                      r"hipErrorNoBinaryForGpu|no kernel image is available|"
                                      r"Unable to find code object for all current devices|"
-                                     r"no binary for gpu", 20),
+                                     r"no binary for gpu|TensileLibrary.*(?:No such file|for GPU arch)|"
+                                     r"rocBLAS error: Cannot read", 20),
+    # a GPU page fault: kernels for the wrong arch (HSA_OVERRIDE_GFX_VERSION) or a broken kernel; the frames
+    # around it (flash-attn, bitsandbytes) refine it like "invalid device function"
+    R("hip_invalid_device_function", r"Memory access fault by GPU node-\d+", 14),
     R("nccl_rccl_timeout", r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|"
                            r"NCCL error|RCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
                            r"ncclRemoteError|DistBackendError|collective operation timeout|"
@@ -117,7 +123,7 @@ RULES: list[Rule] = [
                                r"Cannot use chat template|tokenizer does not have a padding token|"
                                r"Current template does not support|Stop words are required|"
                                r"Asking to pad but the tokenizer", 20),
-    R("dataset_missing", r"Undefined dataset .* in|dataset_info\.json|Cannot open .*dataset|"
+    R("dataset_missing", r"Undefined dataset .* in|dataset_info\.json|Cannot open .*dataset|Cannot find valid samples|"
                          r"File not found.*\.json|Please specify dataset|DatasetNotFoundError|"
                          r"Couldn't find (?:a )?dataset|Unable to find .*(?:data|dataset)", 18),
     R("model_path_or_hub", r"gated repo|Repository Not Found|is not a local folder and is not a valid model identifier|"
@@ -125,11 +131,13 @@ RULES: list[Rule] = [
                            r"Max retries exceeded with url: /.*(?:resolve|api)|huggingface\.co.*timed out|"
                            r"Connection to huggingface\.co|LocalEntryNotFoundError|"
                            r"We couldn't connect to 'https://huggingface\.co'|OfflineModeIsEnabled|"
-                           r"HFValidationError|Incorrect path_or_model_id", 17),
+                           r"HFValidationError|Incorrect path_or_model_id|"
+                           r"does not appear to have (?:a )?files? named", 17),
     R("deepspeed_config", r"Please correct the following DeepSpeed config values|"
                           r"DeepSpeed config values that mismatch|ds_config|zero_optimization.*(?:error|invalid)|"
                           r"Please use `FORCE_TORCHRUN=1` to launch DeepSpeed", 22),
     R("gpu_not_detected", r"No HIP GPUs are available|No CUDA GPUs are available|fp16 mixed precision requires a GPU|"
+                          r"Torch not compiled with CUDA enabled|"
                           r"Found no NVIDIA driver|torch\.cuda\.is_available\(\) (?:is|returned) False|"
                           r"hipErrorNoDevice|no ROCm-capable device|HSA_STATUS_ERROR_OUT_OF_RESOURCES|"
                           r"Is CUDA available: False|Unable to open /dev/kfd|Failed to get HSA", 18),

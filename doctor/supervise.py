@@ -694,7 +694,13 @@ def plot_losses(attempts: list[Attempt], path: Path) -> bool:
 
 
 def default_run_dir() -> Path:
-    return Path.cwd() / ".rocm-doctor" / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    """``.rocm-doctor/runs/<timestamp>`` under the working directory, never one another run uses."""
+    base = Path.cwd() / ".rocm-doctor" / "runs" / time.strftime("%Y%m%d-%H%M%S")
+    d, n = base, 1
+    while d.exists():
+        n += 1
+        d = base.with_name(f"{base.name}-{n}")
+    return d
 
 
 def cmd_train(args: Any) -> int:

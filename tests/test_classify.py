@@ -44,6 +44,24 @@ WRITTEN = [
     ("bitsandbytes_unavailable", "RuntimeError: Method 'cquantize_blockwise_fp16_nf4' not available in CPU-only version of bitsandbytes."),
     ("nccl_rccl_timeout", "[rank1]:[E ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective operation timeout: "
                           "WorkNCCL(SeqNum=3, OpType=BROADCAST, NumelIn=1, Timeout(ms)=1800000) ran for 1800087 milliseconds"),
+    ("dataset_missing", "ValueError: Cannot find valid samples, check `data/README.md` for the data format."),
+    ("model_path_or_hub", "OSError: /data/models/llama3 does not appear to have a file named config.json. "
+                          "Checkout 'https://huggingface.co//data/models/llama3/tree/None' for available files."),
+    ("gpu_not_detected", "AssertionError: Torch not compiled with CUDA enabled"),
+    ("gpu_not_detected", "RuntimeError: HIP error: no ROCm-capable device is detected"),
+    ("oom", "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed."),
+    ("hip_invalid_device_function", "Memory access fault by GPU node-2 (Agent handle: 0x55d0c0b3e2a0) on address "
+                                    "0x7f3c0dc00000. Reason: Page not present or supervisor privilege."),
+    ("flash_attn_failure", 'File "/x/flash_attn/flash_attn_interface.py", line 91, in _flash_attn_forward\n'
+                           "Memory access fault by GPU node-2 (Agent handle: 0x1) on address 0x7f. Reason: Unknown."),
+    ("flash_attn_failure", "RuntimeError: FlashAttention forward only supports head dimension at most 256"),
+    ("hip_invalid_device_function", "rocBLAS error: Cannot read /opt/rocm/lib/rocblas/library/TensileLibrary.dat: "
+                                    "No such file or directory for GPU arch : gfx1036"),
+    ("bitsandbytes_unavailable", "RuntimeError: Configured ROCm binary not found at "
+                                 "/opt/venv/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_rocm62.so"),
+    ("nccl_rccl_timeout", "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+                          "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
+    ("gpu_not_detected", "ValueError: fp16 mixed precision requires a GPU (not 'cpu')."),
 ]
 
 
