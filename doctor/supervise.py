@@ -430,6 +430,17 @@ class Supervisor:
         text = (f"# rocm-doctor train, attempt {n}, from {self.config}"
                 + (f"; playbooks: {', '.join(names)}" if names else "") + "\n" + dump_config(cm))
         cfg_path.write_text(text, encoding="utf-8")
+        body = dump_config(cm)
+        prev = getattr(self, "_prev_cfg", None)
+        if prev is not None and prev[1] != body:  # show what the playbooks changed, as a diff
+            from rich.markup import escape
+
+            from doctor.fixing import unified_diff
+
+            for line in unified_diff(prev[1], body, prev[0], cfg_path.name).splitlines():
+                colour = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
+                self.say(f"[{colour}]{escape(line)}[/]")
+        self._prev_cfg = (cfg_path.name, body)
         cmd = self.command_for(cfg_path)
         log_path = self.run_dir / f"attempt-{n}.log"
         att = Attempt(n=n, config=str(cfg_path), command=cmd, playbooks=names, changes=changes,
