@@ -266,3 +266,20 @@ def test_balance_from_recorded_amd_smi():
     assert judge_balance([idle] * 5) is None
     everyone = [dataclasses.replace(g, vram_used_mib=170000) for g in idle]
     assert judge_balance([everyone] * 5) is None
+
+
+@stack
+def test_demo_model_without_cached_tokenizer_fits_llama3_template(tmp_path):
+    """The demo's fallback tokenizer (a BPE trained on the spot) must satisfy LLaMA-Factory's llama3 template."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT), ROCM_DOCTOR_CACHE=str(tmp_path / "empty-cache"))
+    p = subprocess.run([sys.executable, "-m", "doctor.demo_build", str(tmp_path / "d")], env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    info = json.loads(p.stdout.strip().splitlines()[-1])
+    assert info["tokenizer"] == "a BPE built here"
+    cfg = write_config(tmp_path / "d" / "c.yaml", model_name_or_path=info["model"], stage="sft", do_train=True,
+                       finetuning_type="lora", dataset="demo", dataset_dir=info["dataset_dir"], template="llama3",
+                       output_dir=str(tmp_path / "out"), report_to="none")
+    r = run_cli("check", str(cfg), "--only", "template", "--json", cwd=tmp_path / "d")
+    ids = [f["id"] for f in json.loads(r.stdout)["findings"]]
+    assert "TPL000" in ids and not {"TPL001", "TPL002", "TPL003"} & set(ids), ids
