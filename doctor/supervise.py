@@ -173,6 +173,14 @@ class GpuSampler(threading.Thread):
             self.samples.append(gpus)
             self.event = self.event or judge_balance(self.samples[-10:])
 
+    def peaks(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for gpus in self.samples:
+            for g in gpus:
+                if g.vram_used_mib is not None:
+                    out[str(g.index)] = max(out.get(str(g.index), 0.0), float(g.vram_used_mib))
+        return out
+
 
 # ------------------------------------------------------------------ one attempt
 
@@ -194,6 +202,7 @@ class Attempt:
     duration_s: float = 0.0
     early_stop: str | None = None
     gpu_event: str | None = None
+    gpu_peak_mib: dict[str, float] = field(default_factory=dict)  # per GPU, from the samples
     log: str = ""
     losses: list[list[float]] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -488,6 +497,9 @@ class Supervisor:
                         att.steps["detected_at"] = watch.detected_at
                         self.say(f"[red]Divergence:[/] {watch.reason}; stopping the run.")
                         self._stop_child(signal.SIGTERM)
+                    if sampler.event and not att.gpu_event:
+                        att.gpu_event = sampler.event
+                        self.say(f"[yellow]GPU balance:[/] {sampler.event}")
                     if self.child.poll() is not None:
                         break
                     time.sleep(0.2)
@@ -496,7 +508,8 @@ class Supervisor:
                     offset, ino = self._read_trainer_log(tlog, offset, ino, watch, att)
             finally:
                 sampler.stop_event.set()
-                att.gpu_event = sampler.event
+                att.gpu_event = att.gpu_event or sampler.event
+                att.gpu_peak_mib = sampler.peaks()
                 if self.child.poll() is None:
                     self._stop_child(signal.SIGTERM)
         rc = self.child.returncode
@@ -506,8 +519,6 @@ class Supervisor:
             att.exit_code = 128 - rc
         else:
             att.exit_code = rc
-        if att.gpu_event:
-            self.say(f"[yellow]GPU balance:[/] {att.gpu_event}")
         if att.early_stop:
             att.category = "nan_or_divergent_loss"
             att.summary = att.early_stop
