@@ -739,6 +739,7 @@ def cmd_train(args: Any) -> int:
                      preflight=not args.no_preflight, launcher=args.launcher, extra=extra,
                      quiet=args.quiet or args.json, gpu_interval=args.gpu_interval,
                      console=_console(stderr=args.json))
+    sup.command_for(run_dir / "attempt-1.yaml")  # no llamafactory-cli and no --launcher: exit 2 before anything
     code = sup.run()
     if args.json:
         print((run_dir / "run.json").read_text(encoding="utf-8"))
