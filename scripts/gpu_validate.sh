@@ -4,7 +4,7 @@
 # on a config with injected faults (device_map; flash_attn: fa2; QLoRA with bitsandbytes present), and
 # `check --distributed` (NCCL world size 1; gloo with 2 processes on the one GPU).
 #
-# On the device:   bash scripts/gpu_validate.sh          (carry .whl: ../shared/device/fetch-wheels.sh .whl)
+# On the device:   bash scripts/gpu_validate.sh   (carry .whl, made by scripts/fetch_device_wheels.sh)
 # Smoke test here: PY=$(which python) OUT=/tmp/gv-out bash scripts/gpu_validate.sh
 set -u
 OUT=${OUT:-/tmp/gpu-validate-out}
