@@ -16,6 +16,7 @@ from typing import Any
 from doctor import lfschema
 from doctor.context import Context
 from doctor.findings import Finding, Severity, make
+from doctor.outputs import checkpoints
 from doctor.runner import check
 from doctor.worker import ProbeSpec
 
@@ -213,8 +214,7 @@ def _output_dir(ctx: Context, cfg: dict[str, Any]) -> list[Finding]:
     if not isinstance(od, str):
         return []
     p = ctx.resolve_path(od)
-    ckpts = sorted((c for c in p.glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", c.name)),
-                   key=lambda c: int(c.name.split("-")[1])) if p.is_dir() else []
+    ckpts = [c for _, c, _ in checkpoints(p)]
     if not ckpts:
         return []
     if cfg.get("overwrite_output_dir"):

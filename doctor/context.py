@@ -59,9 +59,7 @@ class Context:
         return (self.config or {}).get(key, default)
 
     def resolve_path(self, value: str) -> Path:
-        """LLaMA-Factory resolves relative paths from the working directory, not the config's dir."""
-        p = Path(os.path.expanduser(value))
-        return p if p.is_absolute() else self.cwd / p
+        return resolve_path(value, self.cwd)
 
     def model_dir(self) -> Path | None:
         m = self.cfg("model_name_or_path")
@@ -73,12 +71,22 @@ class Context:
     def model_config(self) -> dict[str, Any] | None:
         """The model's config.json (plain JSON: no torch needed), when the model is local."""
         if "model_config" not in self.facts:
-            d = self.model_dir()
-            mc = None
-            if d and (d / "config.json").is_file():
-                try:
-                    mc = json.loads((d / "config.json").read_text(encoding="utf-8"))
-                except (OSError, ValueError):
-                    mc = None
-            self.facts["model_config"] = mc
+            self.facts["model_config"] = read_model_config(self.cfg("model_name_or_path"), self.cwd)
         return self.facts["model_config"]
+
+
+def resolve_path(value: str, cwd: Path) -> Path:
+    """LLaMA-Factory resolves relative paths from the working directory, not the config's dir."""
+    p = Path(os.path.expanduser(value))
+    return p if p.is_absolute() else cwd / p
+
+
+def read_model_config(model: Any, cwd: Path) -> dict[str, Any] | None:
+    """``model_name_or_path``'s config.json when it is a local directory (a Hub id gives None)."""
+    if not isinstance(model, str):
+        return None
+    f = resolve_path(model, cwd) / "config.json"
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

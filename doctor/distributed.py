@@ -19,6 +19,7 @@ import json
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -159,8 +160,7 @@ def cluster_findings(ranks: list[dict[str, Any]], collectives: list[dict[str, An
         big = max(collectives, key=lambda c: c["size_bytes"])
         arr = big.get("arrival_by_rank") or {}
         if len(arr) >= 2:
-            vals = sorted(arr.values())
-            med = vals[len(vals) // 2] if len(vals) % 2 else (vals[len(vals) // 2 - 1] + vals[len(vals) // 2]) / 2
+            med = statistics.median(arr.values())
             slow_rank, slow = max(arr.items(), key=lambda kv: kv[1])
             others = [v for r, v in arr.items() if r != slow_rank]
             ref = sorted(others)[len(others) // 2]
@@ -211,6 +211,7 @@ def run_rank(args: Any) -> int:
     """One rank's part under torchrun; rank 0 prints the cluster report."""
     from doctor import gpuinfo
     from doctor.cli import environment_summary, run_check
+    from doctor.render import sort_findings
     from doctor.worker import ProbeSpec, run_probes
 
     env = dict(os.environ)
@@ -254,7 +255,7 @@ def run_rank(args: Any) -> int:
         if d.get("timings"):
             collectives = collectives_from(d["timings"], backend or "?")
     cluster += cluster_findings(ranks, collectives, min_busbw=args.min_busbw)
-    report = {"schema": "rocm-doctor.check/1", "findings": [f.to_dict() for f in rank_sorted(findings + cluster)],
+    report = {"schema": "rocm-doctor.check/1", "findings": [f.to_dict() for f in sort_findings(findings + cluster)],
               "environment": es, "distributed": {"world_size": re_["world_size"], "backend": backend,
                                                  "nccl_version": res.data.get("nccl_version") if res.ok else None},
               "ranks": ranks, "collectives": [{k: v for k, v in c.items() if k != "arrival_by_rank"}
@@ -268,12 +269,6 @@ def run_rank(args: Any) -> int:
         return 0
     print_report(report, args)
     return code
-
-
-def rank_sorted(findings: list[Finding]) -> list[Finding]:
-    from doctor.render import sort_findings
-
-    return sort_findings(findings)
 
 
 def print_report(report: dict[str, Any], args: Any) -> None:

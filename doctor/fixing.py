@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from doctor.config import InputError, _yaml, dump_config
+from doctor.config import InputError, dump_config
 
 
 @dataclass
@@ -87,7 +87,7 @@ def cmd_fix(args: argparse.Namespace) -> int:
     out_path = Path(args.output) if args.output else default_output(src)
     if out_path.resolve() == src.resolve():
         raise InputError("refusing to overwrite the original config; choose another -o path")
-    cm = _yaml().load(ctx.config_text)
+    cm = ctx.config_rt  # the round-trip map check loaded; patched in place, written to the copy only
     import playbooks as pbs
 
     known = set(pbs.catalog())

@@ -19,7 +19,6 @@ import os
 import re
 import socket
 import subprocess
-import sys
 import tarfile
 import time
 from dataclasses import dataclass, field
@@ -334,6 +333,3 @@ def register(sub: Any) -> None:
     r.add_argument("--json", action="store_true", help="print {schema, output, redaction} as JSON on stdout")
     r.set_defaults(func=cmd_report)
 
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(0)

@@ -33,32 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import InputError, _yaml, dump_config, load_config
+from doctor.context import read_model_config, resolve_path
+from doctor.outputs import CKPT, checkpoints, last_good_checkpoint
 
 SCHEMA = "rocm-doctor.run/1"
-CKPT = re.compile(r"^checkpoint-(\d+)$")
 HF_LOG = re.compile(r"\{'(?:loss|train_loss|grad_norm)'.*?\}")
 HF_ITEM = re.compile(r"'(\w+)': '?([^,'}]*)'?")
-PBAR = re.compile(r"(\d+)/(\d+) \[")
-
-
-# ------------------------------------------------------------------ checkpoints
-
-def checkpoints(output_dir: Path) -> list[tuple[int, Path, bool]]:
-    """(step, path, complete) sorted by step; complete = trainer_state.json written (HF writes it last)."""
-    if not output_dir.is_dir():
-        return []
-    out = []
-    for p in output_dir.iterdir():
-        m = CKPT.match(p.name)
-        if m and p.is_dir():
-            out.append((int(m.group(1)), p, (p / "trainer_state.json").is_file()))
-    return sorted(out)
-
-
-def last_good_checkpoint(output_dir: Path, before_step: int | None = None) -> Path | None:
-    """The last complete checkpoint, older than ``before_step`` (the first diverged step) if given."""
-    good = [p for s, p, ok in checkpoints(output_dir) if ok and (before_step is None or s < before_step)]
-    return good[-1] if good else None
 
 
 # ------------------------------------------------------------------ divergence
@@ -117,21 +97,19 @@ class DivergenceWatch:
         return True
 
 
-def parse_hf_log_line(line: str) -> tuple[int | None, dict[str, float]] | None:
+def parse_hf_log_line(line: str) -> dict[str, float] | None:
     """``{'loss': '11.76', 'grad_norm': 'nan', ...}`` as HF Trainer prints it (values quoted in
-    transformers 5), with the step from the progress bar on the same line when there is one."""
+    transformers 5); the numeric values of the last such dict on the line."""
     found = list(HF_LOG.finditer(line))
     if not found:
         return None
-    m = found[-1]
     vals: dict[str, float] = {}
-    for k, v in HF_ITEM.findall(m.group(0)):
+    for k, v in HF_ITEM.findall(found[-1].group(0)):
         try:
             vals[k] = float(v)
         except ValueError:
             continue
-    steps = PBAR.findall(line[: m.start()])
-    return (int(steps[-1][0]) if steps else None), vals
+    return vals
 
 
 # ------------------------------------------------------------------ GPU balance
@@ -208,10 +186,11 @@ class Attempt:
     records: list[dict[str, Any]] = field(default_factory=list)
     step_base: int = 0          # global step the attempt starts from (the resumed checkpoint's)
     logging_steps: int = 0      # from the config; 0 when a ratio or unknown
+    classification: Any = None  # doctor.classify.Classification of a failed attempt's log
 
     def public(self) -> dict[str, Any]:
         d = asdict(self)
-        for k in ("losses", "records", "step_base", "logging_steps"):
+        for k in ("losses", "records", "step_base", "logging_steps", "classification"):
             d.pop(k)
         return d
 
@@ -247,6 +226,7 @@ class Supervisor:
         self.child: subprocess.Popen | None = None
         self._interrupt: int | None = None
         self._lock = threading.Lock()
+        self._prev_cfg: tuple[str, str] | None = None  # (file name, YAML) of the last attempt, for the diff
 
     # ---------------------------------------------------------- helpers
     def say(self, msg: str) -> None:
@@ -272,10 +252,7 @@ class Supervisor:
 
     def output_dir(self, cm: Any) -> Path | None:
         od = cm.get("output_dir")
-        if not isinstance(od, str):
-            return None
-        p = Path(os.path.expanduser(od))
-        return p if p.is_absolute() else self.cwd / p
+        return resolve_path(od, self.cwd) if isinstance(od, str) else None
 
     # ---------------------------------------------------------- preflight
     def run_preflight(self, cm: Any) -> tuple[bool, list[str], list[str]]:
@@ -311,9 +288,8 @@ class Supervisor:
 
     # ---------------------------------------------------------- main loop
     def run(self) -> int:
-        src_rt, src_text = load_config(self.config)   # InputError for bad input
+        cm, _ = load_config(self.config)   # round-trip map; InputError for bad input
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        cm = _yaml().load(src_text)
         names: list[str] = []
         changes: list[str] = []
         old_handlers = self._install_signals()
@@ -355,9 +331,8 @@ class Supervisor:
 
         cat = att.category or "unknown"
         new = _yaml().load(dump_config(cm))
-        for k in ("resume_from_checkpoint",):
-            if k in new and att.resumed_from is not None:
-                pbs.delete_key(new, k)  # ours, set for the previous attempt; chosen afresh below
+        if att.resumed_from is not None:
+            pbs.delete_key(new, "resume_from_checkpoint")  # ours, set for the previous attempt; chosen afresh below
         names: list[str] = []
         changes: list[str] = []
         resume_ok = True
@@ -371,12 +346,13 @@ class Supervisor:
             return None
         else:
             chosen = None
+            cls = att.classification or self._classification(att)
+            model_config = read_model_config(new.get("model_name_or_path"), self.cwd)
             for pb in pbs.for_category(cat, self.env):
                 if not pb.auto or (pb.id in self.applied and not pb.repeatable):
                     continue
                 trial = _yaml().load(dump_config(new))
-                out = pbs.apply(pb, trial, pbs.PatchInput(classification=self._classification(att),
-                                                          model_config=self._model_config(new),
+                out = pbs.apply(pb, trial, pbs.PatchInput(classification=cls, model_config=model_config,
                                                           applied=list(self.applied)))
                 if out.stop:
                     self.stop_reason = f"{pb.id}: {out.stop}"
@@ -422,25 +398,13 @@ class Supervisor:
 
         return classify_file(att.log, exit_code=att.exit_code, signal_name=att.signal)
 
-    def _model_config(self, cm: Any) -> dict[str, Any] | None:
-        m = cm.get("model_name_or_path")
-        if not isinstance(m, str):
-            return None
-        p = Path(os.path.expanduser(m))
-        p = (p if p.is_absolute() else self.cwd / p) / "config.json"
-        try:
-            return json.loads(p.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-
     # ---------------------------------------------------------- launching
     def launch(self, n: int, cm: Any, names: list[str], changes: list[str], resumed: str | None) -> Attempt:
         cfg_path = (self.run_dir / f"attempt-{n}.yaml").resolve()
-        text = (f"# rocm-doctor train, attempt {n}, from {self.config}"
-                + (f"; playbooks: {', '.join(names)}" if names else "") + "\n" + dump_config(cm))
-        cfg_path.write_text(text, encoding="utf-8")
         body = dump_config(cm)
-        prev = getattr(self, "_prev_cfg", None)
+        cfg_path.write_text(f"# rocm-doctor train, attempt {n}, from {self.config}"
+                            + (f"; playbooks: {', '.join(names)}" if names else "") + "\n" + body, encoding="utf-8")
+        prev = self._prev_cfg
         if prev is not None and prev[1] != body:  # show what the playbooks changed, as a diff
             from rich.markup import escape
 
@@ -523,13 +487,13 @@ class Supervisor:
             att.category = "nan_or_divergent_loss"
             att.summary = att.early_stop
         elif rc != 0:
-            c = self._classification(att)
+            c = att.classification = self._classification(att)
             att.category, att.summary, att.evidence = c.category, c.summary, c.evidence
             self.say(f"[red]Attempt {n} failed[/] (exit {att.exit_code}{', ' + att.signal if att.signal else ''}): "
                      f"[bold]{c.category}[/] — {c.summary}")
             for ev in c.evidence[:2]:
                 self.say(f"    [dim]{ev[:200]}[/]")
-        self._save_trainer_log(att, od)
+        self._save_trainer_log(att)
         return att
 
     def _pump(self, child: subprocess.Popen, logf: Any, watch: DivergenceWatch, att: Attempt) -> None:
@@ -548,10 +512,9 @@ class Supervisor:
                     out = None
             if b"{'" in raw:
                 for seg in raw.decode("utf-8", "replace").split("\r"):
-                    parsed = parse_hf_log_line(seg)
-                    if not parsed or "learning_rate" not in parsed[1]:
+                    vals = parse_hf_log_line(seg)
+                    if not vals or "learning_rate" not in vals:
                         continue  # the final {'train_runtime': ..., 'train_loss': ...} is not a step
-                    _, vals = parsed
                     n_logs += 1
                     # the progress bar on these lines lags by a step; count logging steps instead
                     step = att.step_base + n_logs * att.logging_steps if att.logging_steps else att.steps.get("end")
@@ -595,7 +558,7 @@ class Supervisor:
                          f"{rec.get('elapsed_time', '')} elapsed · ETA {rec.get('remaining_time', '?')}[/]")
         return offset + cut, st.st_ino
 
-    def _save_trainer_log(self, att: Attempt, od: Path | None) -> None:
+    def _save_trainer_log(self, att: Attempt) -> None:
         """A copy of what this attempt appended to trainer_log.jsonl (overwrite_output_dir deletes the original)."""
         if att.records:
             (self.run_dir / f"attempt-{att.n}.trainer_log.jsonl").write_text(

@@ -148,11 +148,8 @@ def delete_key(cm: Any, key: str) -> None:
     v = post.value
     nl = v.find("\n")
     rest = v[nl:] if nl >= 0 else ""  # drop the deleted key's own inline comment
-    if not rest.strip():
-        if rest.count("\n") > 1 and i > 0:
-            pass  # keep a blank separator line below
-        else:
-            return
+    if not rest.strip() and not (rest.count("\n") > 1 and i > 0):
+        return  # nothing below it to keep (a blank separator line is kept)
     if i > 0:
         from ruamel.yaml.tokens import CommentToken
 

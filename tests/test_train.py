@@ -220,7 +220,7 @@ def test_demo(tmp_path):
 def test_hf_log_line_and_watch():
     line = (" 15%|█▌        | 3/20 [00:00<00:01,  9.14it/s]          {'loss': '11.76', 'grad_norm': 'nan', "
             "'learning_rate': '900', 'epoch': '0.09375'}")
-    step, vals = parse_hf_log_line(line)
+    vals = parse_hf_log_line(line)
     assert vals["loss"] == 11.76 and vals["grad_norm"] != vals["grad_norm"]  # NaN
     w = DivergenceWatch()
     assert not w.feed(1, 2.0) and not w.feed(2, 1.5)
