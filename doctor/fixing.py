@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import InputError, dump_config
+from doctor.secrets import mask
 
 
 @dataclass
@@ -103,7 +104,8 @@ def cmd_fix(args: argparse.Namespace) -> int:
             out_path.write_text(new_text, encoding="utf-8")
         except OSError as e:
             raise InputError(f"cannot write {out_path}: {e.strerror or e} (use -o to write elsewhere)") from None
-    diff = unified_diff(ctx.config_text, new_text, str(src), str(out_path)) if res.applied else ""
+    # shown, never written: a token in the config's context lines must not reach the terminal or JSON
+    diff = mask(unified_diff(ctx.config_text, new_text, str(src), str(out_path))) if res.applied else ""
     code = 1 if res.remaining or res.stopped else 0
     if args.json:
         print(json.dumps({"schema": "rocm-doctor.fix/1", "config": str(src),

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import InputError
+from doctor.secrets import KEY_VALUE, SECRET_NAME, TOKEN_PATTERNS
 
 SCHEMA = "rocm-doctor.report/1"
 LOG_TAIL_BYTES = 256 * 1024
@@ -36,23 +37,6 @@ ENV_PREFIXES = ("HIP_", "ROCR_", "ROCM_", "HSA_", "CUDA_", "NCCL_", "RCCL_", "TO
                 "MIOPEN_", "HF_", "TRANSFORMERS_", "WANDB_", "FORCE_TORCHRUN", "NNODES", "NODE_RANK",
                 "NPROC_PER_NODE", "MASTER_ADDR", "MASTER_PORT", "OPTIM_TORCH", "LLAMAFACTORY_", "DISABLE_VERSION_CHECK",
                 "ALLOW_EXTRA_ARGS", "USE_V1", "GPU_", "OMP_NUM_THREADS", "FLASH_ATTENTION_", "BNB_", "DS_")
-# name segments that mark a secret: HF_TOKEN, WANDB_API_KEY, hf_hub_token, use_auth_token, DB_PASSWORD ...
-# (segment-based so that `tokenizers` or `KEYBOARD` are not secrets)
-SECRET_NAME = re.compile(r"(?:^|[_.-])(?:TOKEN|SECRET|PASSWORD|PASSWD|PASS|APIKEY|API_KEY|ACCESS_KEY|PRIVATE_KEY|"
-                         r"CREDENTIALS?|AUTH|KEY)(?:$|[_.-])", re.IGNORECASE)
-
-TOKEN_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("token", re.compile(r"\bhf_[A-Za-z0-9]{20,}\b")),                              # Hugging Face
-    ("token", re.compile(r"\b(?:sk|rk|pk)-[A-Za-z0-9_-]{20,}\b")),                  # OpenAI-style
-    ("token", re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b")),                       # GitHub
-    ("token", re.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}\b")),
-    ("token", re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b")),                        # AWS access key id
-    ("token", re.compile(r"\beyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}\b")),  # JWT
-    ("token", re.compile(r"(?<![0-9a-f])[0-9a-f]{40}(?![0-9a-f])")),                 # W&B keys, 40 hex
-]
-# KEY=value / "api_key": "value" / token: value / Bearer value: keep the key, drop the value
-KEY_VALUE = re.compile(r"(?i)((?:token|secret|passwd|password|api_key|apikey|access_key|bearer)[\"']?\s*[=:\s]\s*[\"']?)"
-                       r"(?!<redacted)([^\s\"',}<]{8,})")
 COMMON_USERS = {"root", "user", "ubuntu", "admin", "test", "runner", "jovyan", "nobody", "guest", "default"}
 IPV4 = re.compile(r"(?<![\d.])(\d{1,3}(?:\.\d{1,3}){3})(?![\d.])")
 IPV6 = re.compile(r"(?<![\w:])([0-9a-fA-F]{0,4}(?::[0-9a-fA-F]{0,4}){2,7})(?![\w:])")  # validated by ipaddress

@@ -35,6 +35,7 @@ from typing import Any
 from doctor.config import InputError, _yaml, dump_config, load_config
 from doctor.context import read_model_config, resolve_path
 from doctor.outputs import CKPT, checkpoints, last_good_checkpoint
+from doctor.secrets import mask
 
 SCHEMA = "rocm-doctor.run/1"
 HF_LOG = re.compile(r"\{'(?:loss|train_loss|grad_norm)'.*?\}")
@@ -410,13 +411,14 @@ class Supervisor:
 
             from doctor.fixing import unified_diff
 
-            for line in unified_diff(prev[1], body, prev[0], cfg_path.name).splitlines():
+            for line in mask(unified_diff(prev[1], body, prev[0], cfg_path.name)).splitlines():
                 colour = "green" if line.startswith("+") else "red" if line.startswith("-") else "dim"
                 self.say(f"[{colour}]{escape(line)}[/]")
         self._prev_cfg = (cfg_path.name, body)
         cmd = self.command_for(cfg_path)
         log_path = self.run_dir / f"attempt-{n}.log"
-        att = Attempt(n=n, config=str(cfg_path), command=cmd, playbooks=names, changes=changes,
+        shown_cmd = [mask(c) for c in cmd]  # `-- hf_hub_token=...` must not reach the console or run.json
+        att = Attempt(n=n, config=str(cfg_path), command=shown_cmd, playbooks=names, changes=changes,
                       env=dict(self.launch_env), resumed_from=resumed, log=str(log_path))
         if resumed:
             m = CKPT.match(Path(resumed).name)
@@ -424,7 +426,7 @@ class Supervisor:
         ls = cm.get("logging_steps", 500)
         att.logging_steps = int(ls) if isinstance(ls, int) or (isinstance(ls, float) and ls >= 1) else 0
         self.attempts.append(att)
-        self.say(f"[bold]Attempt {n}[/]: {' '.join(shlex.quote(c) for c in cmd)}"
+        self.say(f"[bold]Attempt {n}[/]: {' '.join(shlex.quote(c) for c in shown_cmd)}"
                  + (f"  (resuming from {Path(resumed).name})" if resumed else ""))
         if self._interrupt is not None:
             raise Interrupted(self._interrupt)

@@ -187,6 +187,13 @@ def rename_key(cm: Any, old: str, new: str) -> None:
         cm.ca.items[new] = tok
 
 
+def show(key: str, v: Any) -> str:
+    """A value in a change list: ``fmt``, but never the value of a secret-named key (hf_hub_token ...)."""
+    from doctor.secrets import shown
+
+    return shown(key, v, fmt)
+
+
 def fmt(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -213,7 +220,7 @@ def _run_ops(pb: Playbook, cm: Any, out: Outcome) -> None:
         if kind == "set":
             for k, v in arg.items():
                 if k not in cm or cm[k] != v or type(cm[k]) is not type(v):
-                    out.changes.append(f"{k}: {fmt(cm[k])} -> {fmt(v)}" if k in cm else f"{k}: {fmt(v)} (added)")
+                    out.changes.append(f"{k}: {show(k, cm[k])} -> {show(k, v)}" if k in cm else f"{k}: {show(k, v)} (added)")
                     set_key(cm, k, v)
         elif kind == "set_at_least":
             for k, v in arg.items():
@@ -222,12 +229,12 @@ def _run_ops(pb: Playbook, cm: Any, out: Outcome) -> None:
                 except (TypeError, ValueError):
                     cur = None
                 if cur is None or cur < float(v):
-                    out.changes.append(f"{k}: {fmt(cm.get(k, 'unset'))} -> {fmt(v)}")
+                    out.changes.append(f"{k}: {show(k, cm.get(k, 'unset'))} -> {show(k, v)}")
                     set_key(cm, k, v)
         elif kind == "unset":
             for k in arg:
                 if k in cm:
-                    out.changes.append(f"{k}: removed (was {fmt(cm[k])})")
+                    out.changes.append(f"{k}: removed (was {show(k, cm[k])})")
                     delete_key(cm, k)
         elif kind == "rename":
             for old, new in arg.items():

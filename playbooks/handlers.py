@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from playbooks import Outcome, PatchInput, delete_key, fmt, rename_key, set_key
+from playbooks import Outcome, PatchInput, delete_key, fmt, rename_key, set_key, show
 
 QUANT_KEYS = ("quantization_bit", "quantization_method", "quantization_type", "double_quantization",
               "quantization_device_map")
@@ -56,7 +56,7 @@ def drop_unknown_keys(cm: Any, inp: PatchInput, out: Outcome) -> None:
             out.changes.append(f"{k} -> {new} (renamed upstream)")
             rename_key(cm, k, new)
         else:
-            out.changes.append(f"{k}: removed (was {fmt(cm[k])})")
+            out.changes.append(f"{k}: removed (was {show(k, cm[k])})")
             delete_key(cm, k)
 
 
@@ -84,7 +84,7 @@ def qlora_to_lora(cm: Any, inp: PatchInput, out: Outcome) -> None:
         return
     for k in QUANT_KEYS:
         if k in cm:
-            out.changes.append(f"{k}: removed (was {fmt(cm[k])})")
+            out.changes.append(f"{k}: removed (was {show(k, cm[k])})")
             delete_key(cm, k)
 
 

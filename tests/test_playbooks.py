@@ -196,3 +196,24 @@ def test_default_output(name):
 
     out = default_output(Path("/a") / name)
     assert out.parent == Path("/a") and ".fixed." in out.name and out.name != name
+
+
+def test_secrets_never_reach_fix_output(tmp_path):
+    token = "hf_SecretPlantedInTheConfig1234567"
+    src = tmp_path / "c.yaml"
+    src.write_text(f"hf_hub_token: {token}\nmodel_name_or_path: m\ndevice_map: auto\nwandb_key: plainvalue42\n"
+                   "template: llama3\n")
+    r = run_cli("fix", str(src), "--quick", "--json", cwd=tmp_path)
+    assert token not in r.stdout + r.stderr and "plainvalue42" not in r.stdout + r.stderr
+    d = json.loads(r.stdout)
+    assert "-device_map: auto" in d["diff"] and "hf_hub_token: <redacted>" in d["diff"]
+    changes = [c for a in d["applied"] for c in a["changes"]]
+    assert "wandb_key: removed (was <redacted>)" in changes  # an unknown key, dropped, value not shown
+    assert token in Path(d["output"]).read_text()  # the copy itself keeps what training needs
+
+
+def test_mask_command_overrides():
+    from doctor.secrets import mask
+
+    assert mask("hf_hub_token=abcdefgh12345") == "hf_hub_token=<redacted:token>"
+    assert mask("max_steps=4") == "max_steps=4" and mask("/tmp/run/attempt-1.yaml") == "/tmp/run/attempt-1.yaml"
