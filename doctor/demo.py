@@ -58,9 +58,14 @@ def cmd_demo(args: Any) -> int:
 
     con = _console()
     base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="rocm-doctor-demo-"))
+    if base.exists() and not base.is_dir():
+        raise InputError(f"{base} is not a directory; pass a new or empty --dir")
     if base.exists() and any(base.iterdir()) and not (base / "demo.yaml").exists():
         raise InputError(f"{base} is not empty; pass a new or empty --dir")
-    base.mkdir(parents=True, exist_ok=True)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot create {base}: {e.strerror or e}") from None
     con.print(f"[bold]rocm-doctor demo[/] in {base}: building a tiny Llama and a dataset ...")
     root = str(Path(__file__).resolve().parent.parent)
     p = subprocess.run([sys.executable, "-m", "doctor.demo_build", str(base)], capture_output=True, text=True,

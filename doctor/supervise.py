@@ -700,6 +700,10 @@ def cmd_train(args: Any) -> int:
     if run_dir.exists() and (run_dir / "run.json").exists():
         raise InputError(f"run directory {run_dir} already holds a run; choose another --run-dir")
     load_config(args.config)  # validate before anything else
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise InputError(f"cannot use {run_dir} as the run directory: {e.strerror or e}") from None
     sup = Supervisor(Path(args.config), run_dir=run_dir, max_attempts=args.max_attempts,
                      preflight=not args.no_preflight, launcher=args.launcher, extra=extra,
                      quiet=args.quiet or args.json, gpu_interval=args.gpu_interval,

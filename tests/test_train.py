@@ -202,6 +202,10 @@ def test_bad_input_exit_2(work):
     cfg.write_text("a: 1\n")
     r = run_cli("train", str(cfg), "--max-attempts", "0", cwd=work)
     assert r.returncode == 2
+    (work / "afile").write_text("")
+    for args in (("train", str(cfg), "--run-dir", str(work / "afile")), ("demo", "--dir", str(work / "afile"))):
+        r = run_cli(*args, cwd=work)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
 
 
 @stack
