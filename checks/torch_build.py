@@ -87,7 +87,9 @@ def probe_libs() -> dict[str, Any]:
 
 def _probes(ctx: Context) -> list[ProbeSpec]:
     return [ProbeSpec("torch", "checks.torch_build", "probe_torch", timeout=ctx.options.timeout),
-            ProbeSpec("companions", "checks.torch_build", "probe_companions", timeout=60),
+            # in the stack worker, not the device one: llamafactory imports torchvision/torchaudio there
+            # anyway, and on the H200 these imports (7 s) otherwise serialise with the GPU probes
+            ProbeSpec("companions", "checks.torch_build", "probe_companions", timeout=60, group="stack"),
             ProbeSpec("libs", "checks.torch_build", "probe_libs", timeout=30, group="stack")]
 
 

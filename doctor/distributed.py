@@ -170,16 +170,23 @@ def cluster_findings(ranks: list[dict[str, Any]], collectives: list[dict[str, An
                                 f"It reaches the collective {slow * 1000:.1f} ms after the barrier; the other ranks "
                                 f"{ref * 1000:.1f} ms (median {med * 1000:.1f} ms). Every step waits for it.",
                                 rank=int(slow_rank), arrival_s=arrival_round(arr)))
-        if min_busbw is not None and big["busbw_gbps"] < min_busbw:
+        single = len(ranks) == 1
+        if min_busbw is not None and not single and big["busbw_gbps"] < min_busbw:
             out.append(make("DIST008", A, f"all_reduce bus bandwidth {big['busbw_gbps']:.2f} GB/s at "
                             f"{big['size_bytes'] // MiB} MiB is below the floor {min_busbw:g} GB/s",
                             "The interconnect (or its configuration) is far slower than expected.",
                             busbw_gbps=big["busbw_gbps"], floor=min_busbw))
-        out.append(make("DIST009", A, f"all_reduce ({collectives[0].get('backend')}, {len(ranks)} ranks): "
+        # one rank moves no data over a link: busbw is 0 by the definition, so show algbw and say so
+        key, label = ("algbw_gbps", "algbw") if single else ("busbw_gbps", "busbw")
+        out.append(make("DIST009", A, f"all_reduce ({collectives[0].get('backend')}, {len(ranks)} "
+                        f"rank{'' if single else 's'}, {label}): "
                         + ", ".join(f"{c['size_bytes'] // MiB if c['size_bytes'] >= MiB else c['size_bytes']}"
-                                    f"{' MiB' if c['size_bytes'] >= MiB else ' B'} {c['busbw_gbps']:.2f} GB/s"
+                                    f"{' MiB' if c['size_bytes'] >= MiB else ' B'} {c[key]:.2f} GB/s"
                                     for c in collectives),
-                        "busbw = algbw × 2(n-1)/n (the rccl-tests definition).", collectives=collectives))
+                        "busbw = algbw × 2(n-1)/n (the rccl-tests definition)."
+                        + (" With one rank no data crosses a link, so busbw is 0 and the --min-busbw floor is not "
+                           "applied; run two or more ranks to measure the interconnect." if single else ""),
+                        collectives=collectives))
     if not [f for f in out if f.severity in (Severity.ERROR, Severity.WARNING)]:
         out.insert(0, make("DIST000", A, f"{len(ranks)} rank(s) agree", "Same versions, config and environment on "
                            "every rank; collectives complete."))

@@ -8,6 +8,7 @@ parallel), then runs the checks. A check that raises becomes a ``DOC001`` findin
 
 from __future__ import annotations
 
+import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -98,6 +99,15 @@ DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK
              "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT"}
 
 
+def _prefetch_facts(ctx: Context) -> None:
+    from doctor import system
+
+    try:
+        system.facts(ctx)
+    except Exception:  # noqa: S110 - the checks call it again and report the crash as DOC001
+        pass
+
+
 def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
     """Run all probes, one worker per group, groups concurrently; results land in ctx.probes."""
     groups: dict[str, list[ProbeSpec]] = {}
@@ -109,12 +119,22 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
         groups.setdefault(s.group, []).append(s)
     if not groups:
         return
+    inventory = None
+    if "device" in groups:
+        # Read the GPU inventory before our own device worker touches a GPU: its context (0.6 GiB on
+        # the H200, seen in the GPU validation run) and its process would count as "already busy"
+        # (GPU002/GPU003). The stack worker starts meanwhile; the device worker waits for it (ms with
+        # NVML, well under a second with amdsmi/amd-smi).
+        inventory = threading.Thread(target=_prefetch_facts, args=(ctx,), daemon=True)
+        inventory.start()
     # Under torchrun (check --distributed) the local probes must not see the rendezvous: transformers'
     # TrainingArguments (LLaMA-Factory's parser probe) would join the process group itself.
     env = {k: v for k, v in ctx.env.items() if k not in DIST_VARS and not k.startswith("TORCHELASTIC_")}
 
     def _run(item: tuple[str, list[ProbeSpec]]) -> dict[str, ProbeResult]:
         group, gspecs = item
+        if group == "device" and inventory is not None:
+            inventory.join()
         genv = dict(env)
         if group == "stack":
             # config parsing and tokenizers need no GPU; hiding GPUs keeps LLaMA-Factory's

@@ -27,6 +27,8 @@ export DISABLE_VERSION_CHECK=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=160
 W=$(mktemp -d /tmp/gv-XXXX)
 LOG=$OUT/gpu-validation.log
 
+# STEPS=bench,tests,model,check,train,dist selects sections (default: all; check/train/dist need model)
+want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 section() { echo; echo "=== $* (t=$((SECONDS - T0)) s, $(date +%T))"; }
 # step SECONDS CMD...: run with a time limit; exit status and wall time go to stderr (stdout may be a JSON file)
 step() {
@@ -48,16 +50,21 @@ for p in ("transformers", "peft", "trl", "accelerate", "datasets", "llamafactory
     except Exception: print(p, None)
 EOF
 
+  if want bench; then
   section "GPU probe benchmarks (issue #3 figures)"
-  step 120 "$PY" bench/bench_gpu.py
+  step 150 "$PY" bench/bench_gpu.py --runs 3
+  fi
 
+  if want tests; then
   section "GPU tests (pytest -m gpu)"
   if "$PY" -c "import pytest" 2>/dev/null; then
     step 240 "$PY" -m pytest -q -m gpu -p no:cacheprovider -rs tests/test_gpu_real.py tests/test_gpu_health.py 2>&1 | tail -20
   else
     echo "pytest not installed here; GPU tests skipped"
   fi
+  fi
 
+  want model || { section "done"; exit 0; }
   section "tiny model"
   step 120 "$PY" -m doctor.demo_build "$W" && cd "$W" || exit 1
   cat > lora-bf16.yaml <<'EOF'
@@ -81,8 +88,11 @@ EOF
   sed -e 's/out-bf16/out-faults/' lora-bf16.yaml > faults.yaml
   printf 'device_map: auto\nflash_attn: fa2\nquantization_bit: 4\nquantization_method: bnb\n' >> faults.yaml
 
+  if want check; then
   section "check lora-bf16.yaml (whole check, real Llama-3 tokenizer)"
   step 120 "$PY" -m doctor check lora-bf16.yaml --json > "$OUT/check-bf16-lora.json"
+  echo "for scale, \`llamafactory-cli env\` (imports the same stack):" >&2
+  step 60 "$PY" -c "import sys; from llamafactory.cli import main; sys.exit(main())" env > /dev/null
   "$PY" - "$OUT/check-bf16-lora.json" <<'EOF'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -91,12 +101,16 @@ for f in d["findings"]:
 print("gpus", d["environment"].get("gpus"))
 EOF
 
+  fi
+  if want train; then
   section "train faults.yaml (device_map, fa2, QLoRA with bitsandbytes present)"
   step 300 "$PY" -m doctor train faults.yaml --run-dir "$W/run-faults" --max-attempts 3 -q
   cp "$W/run-faults/run.json" "$OUT/train-faults-run.json" 2>/dev/null
   cat "$W/run-faults/summary.md" 2>/dev/null
   tail -5 "$W"/run-faults/attempt-*.log 2>/dev/null
 
+  fi
+  if want dist; then
   section "check --distributed (NCCL, world size 1)"
   NPROC_PER_NODE=1 step 150 "$PY" -m doctor check lora-bf16.yaml --distributed --json > "$OUT/distributed-nccl-1.json"
   section "check --distributed (gloo, 2 processes on the one GPU)"
@@ -114,5 +128,6 @@ for name in ("distributed-nccl-1.json", "distributed-gloo-2.json"):
         print(f"  {c['size_bytes']:>10} B  algbw {c['algbw_gbps']} GB/s  busbw {c['busbw_gbps']} GB/s  slowest {c.get('slowest_rank')}")
     print("  ", [(f["id"], f["severity"]) for f in d["findings"] if f["id"].startswith(("DIST", "BF16", "ATTN", "GPU"))])
 EOF
+  fi
   section "done"
 } 2>&1 | tee "$LOG"

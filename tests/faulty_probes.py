@@ -28,6 +28,12 @@ def fine(value: int = 1) -> dict:
     return {"value": value, "pid": os.getpid()}
 
 
+def touch(path: str) -> dict:
+    """Stands in for a GPU probe: leaves a mark the moment the device worker runs."""
+    open(path, "w").close()
+    return {"pid": os.getpid()}
+
+
 def _probes(ctx):
     return [ProbeSpec("t_fine1", "tests.faulty_probes", "fine", {"value": 1}, group="faulty"),
             ProbeSpec("t_segv", "tests.faulty_probes", "segfault", group="faulty"),

@@ -137,6 +137,17 @@ def test_cluster_findings_mismatch_errors_and_floor():
     assert "DIST000" in {f.id for f in cluster_findings(clean, [])}
 
 
+def test_one_rank_reports_algbw_and_skips_the_floor():
+    """World size 1 (the lent H200 with NCCL): busbw is 0 by definition, which must not trip --min-busbw."""
+    timings = [[{"size_bytes": 256 * MiB, "arrival_s": 0.001, "allreduce_s": 0.0001, "allreduce_min_s": 0.0001}]]
+    coll = collectives_from(timings, "nccl")
+    assert coll[0]["busbw_gbps"] == 0 and coll[0]["algbw_gbps"] > 1000
+    out = {f.id: f for f in cluster_findings([_rank(0, "n0")], coll, min_busbw=100.0)}
+    assert "DIST008" not in out and "DIST000" in out
+    assert "algbw" in out["DIST009"].title and "256 MiB 2684.36 GB/s" in out["DIST009"].title
+    assert "no data crosses a link" in out["DIST009"].detail
+
+
 def test_sizes_and_device_env():
     assert parse_sizes("1M,16M,1G,4096") == [MiB, 16 * MiB, 1024 * MiB, 4096]
     with pytest.raises(InputError):

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import stat
 
 import pytest
@@ -183,3 +184,32 @@ def test_broken_amdsmi_library_falls_back(tmp_path, monkeypatch, body):
     gpus, notes = gpuinfo.inventory(root=tmp_path, env=env)
     assert gpus and gpus[0].source == "rocm-smi"
     assert any(n.startswith("amdsmi") for n in notes)
+
+
+def test_inventory_is_read_before_our_device_worker_touches_a_gpu(tmp_path, monkeypatch):
+    """The doctor's own probe worker holds GPU memory (0.6 GiB on the H200) while it runs. The
+    inventory must see the GPUs as they were before it, or the doctor calls the GPU "already busy"
+    (GPU002). A fake nvidia-smi reports memory in use once the worker has started."""
+    from doctor import system
+    from doctor.context import Context, Options
+    from doctor.runner import run_probe_specs
+    from doctor.worker import ProbeSpec
+
+    marker, bin_dir = tmp_path / "worker-started", tmp_path / "bin"
+    bin_dir.mkdir()
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\nif [ -e '{marker}' ]; then echo '0, NVIDIA H200, 143771 MiB, 9000 MiB, 40 %'; "
+                   "else echo '0, NVIDIA H200, 143771 MiB, 0 MiB, 0 %'; fi\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    if shutil.which("amd-smi") or shutil.which("rocm-smi") or os.path.isdir("/sys/class/kfd"):
+        pytest.skip("an AMD tool would answer before nvidia-smi here")
+    ctx = Context.build(Options(config=None), env=dict(os.environ))
+    ctx.facts.pop("system", None)
+    run_probe_specs(ctx, [ProbeSpec("t_touch", "tests.faulty_probes", "touch", {"path": str(marker)})])
+    assert ctx.probes["t_touch"].ok and marker.exists()
+    g = system.facts(ctx)["gpus"][0]
+    assert g["source"] == "nvidia-smi" and g["vram_used_mib"] == 0
+    from checks import gpus as gpus_check
+
+    assert "GPU002" not in [f.id for f in gpus_check.judge(system.facts(ctx)["gpus"], 1, {})]
