@@ -66,7 +66,7 @@ def judge(est: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
         tot = g.get("vram_total_mib")
         if tot is None:
             continue
-        free = (tot - (g.get("vram_used_mib") or 0)) / 1024
+        free = (tot - (g.get("vram_used_mib") or 0) - (g.get("vram_reserved_mib") or 0)) / 1024
         margin = free - est["total_gib"]
         if worst is None or margin < worst[0]:
             worst = (margin, g, free)

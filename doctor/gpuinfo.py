@@ -27,6 +27,7 @@ class GPU:
     arch: str = ""             # gfx942, gfx90a, sm_90 ...
     vram_total_mib: float | None = None
     vram_used_mib: float | None = None
+    vram_reserved_mib: float | None = None  # held by the driver, usable by no one (NVML v2); not "used"
     util_pct: float | None = None
     source: str = ""
     vendor: str = ""           # amd | nvidia
@@ -209,6 +210,20 @@ def parse_nvidia_smi_csv(text: str) -> list[GPU]:
     return out
 
 
+def _nvml_memory(pynvml: Any, handle: Any) -> tuple[Any, int | None]:
+    """(memory info, reserved bytes). NVML's v1 ``used`` is total − free, which counts the driver's
+    reserved memory: 615 MiB on an idle H200 (the GPU validation run), where nvidia-smi says 0 MiB.
+    The v2 call reports ``reserved`` apart and ``used`` as nvidia-smi does; old drivers lack it."""
+    v2 = getattr(pynvml, "nvmlMemory_v2", None)
+    if v2 is not None:
+        try:
+            mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+            return mem, int(mem.reserved)
+        except Exception:  # NVMLError_FunctionNotFound / NotSupported on old drivers, TypeError on old pynvml
+            pass
+    return pynvml.nvmlDeviceGetMemoryInfo(handle), None
+
+
 def query_nvml() -> list[GPU]:
     import pynvml  # the doctor's supervisor may use it: no torch involved
 
@@ -218,7 +233,7 @@ def query_nvml() -> list[GPU]:
         drv = pynvml.nvmlSystemGetDriverVersion()
         for i in range(pynvml.nvmlDeviceGetCount()):
             h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            mem, reserved = _nvml_memory(pynvml, h)
             util = pynvml.nvmlDeviceGetUtilizationRates(h)
             major, minor = pynvml.nvmlDeviceGetCudaComputeCapability(h)
             procs = []
@@ -231,6 +246,7 @@ def query_nvml() -> list[GPU]:
             out.append(GPU(index=i, name=name.decode() if isinstance(name, bytes) else name,
                            arch=f"sm_{major}{minor}", vram_total_mib=round(mem.total / 2**20, 1),
                            vram_used_mib=round(mem.used / 2**20, 1), util_pct=float(util.gpu),
+                           vram_reserved_mib=round(reserved / 2**20, 1) if reserved is not None else None,
                            source="nvml", vendor="nvidia", processes=procs,
                            driver=drv.decode() if isinstance(drv, bytes) else drv))
         return out

@@ -48,6 +48,14 @@ print("gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else Non
 for p in ("transformers", "peft", "trl", "accelerate", "datasets", "llamafactory", "bitsandbytes", "flash_attn"):
     try: print(p, m.version(p))
     except Exception: print(p, None)
+try:  # NVML's two memory calls on the idle GPU (v1 counts the driver's reserved memory as used)
+    import pynvml as n
+    n.nvmlInit(); h = n.nvmlDeviceGetHandleByIndex(0); M = 2**20
+    v1 = n.nvmlDeviceGetMemoryInfo(h); v2 = n.nvmlDeviceGetMemoryInfo(h, version=n.nvmlMemory_v2)
+    print(f"nvml v1 used {v1.used / M:.1f} MiB; v2 used {v2.used / M:.1f} reserved {v2.reserved / M:.1f} MiB "
+          f"(nvidia-ml-py {m.version('nvidia-ml-py')})")
+except Exception as e:
+    print("nvml:", type(e).__name__, e)
 EOF
 
   if want bench; then

@@ -97,6 +97,21 @@ def test_gpu_inventory_in_json(report):
     assert {"GPU000", "GPU002", "GPU003"} & set(by_id(report))
 
 
+def test_nvml_used_memory_agrees_with_nvidia_smi(report):
+    """NVML's v1 call counts the driver's reserved memory as used (615 MiB on an idle H200); the
+    inventory must report what nvidia-smi reports, or an idle GPU looks busy."""
+    import shutil
+    import subprocess
+
+    g = report["environment"]["gpus"][0]
+    if g["source"] != "nvml" or not shutil.which("nvidia-smi"):
+        pytest.skip("NVIDIA GPU with NVML and nvidia-smi only")
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits", "-i", "0"],
+                         capture_output=True, text=True, timeout=30).stdout.strip()
+    assert abs(float(smi) - g["vram_used_mib"]) < 64, (smi, g)
+    assert g["vram_reserved_mib"] is not None
+
+
 def test_memory_estimate_for_the_config(report):
     got = by_id(report)
     f = got.get("MEM000") or got.get("MEM001")

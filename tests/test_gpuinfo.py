@@ -213,3 +213,55 @@ def test_inventory_is_read_before_our_device_worker_touches_a_gpu(tmp_path, monk
     from checks import gpus as gpus_check
 
     assert "GPU002" not in [f.id for f in gpus_check.judge(system.facts(ctx)["gpus"], 1, {})]
+
+
+class _Mem:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def _fake_pynvml(v2: bool):
+    """Stand-in for nvidia-ml-py (no NVIDIA GPU in CI) answering what the H200 answered in the GPU
+    validation run (docs/gpu-validation/): v1 counts the driver's reserved memory as used."""
+    import types
+
+    MiB = 2**20
+    m = types.ModuleType("pynvml")
+    m.NVMLError = RuntimeError
+    m.nvmlInit = m.nvmlShutdown = lambda: None
+    m.nvmlSystemGetDriverVersion = lambda: "580.159.04"
+    m.nvmlDeviceGetCount = lambda: 1
+    m.nvmlDeviceGetHandleByIndex = lambda i: i
+    m.nvmlDeviceGetName = lambda h: "NVIDIA H200"
+    m.nvmlDeviceGetUtilizationRates = lambda h: _Mem(gpu=0)
+    m.nvmlDeviceGetCudaComputeCapability = lambda h: (9, 0)
+    m.nvmlDeviceGetComputeRunningProcesses = lambda h: []
+
+    def meminfo(h, version=None):
+        if version is None:
+            return _Mem(total=143771 * MiB, free=143771 * MiB - 645005312, used=645005312)
+        if not v2:
+            raise RuntimeError("Function Not Found")
+        return _Mem(version=version, total=143771 * MiB, reserved=645005312, free=143771 * MiB - 645005312, used=0)
+
+    m.nvmlDeviceGetMemoryInfo = meminfo
+    m.nvmlMemory_v2 = 0x02000028
+    return m
+
+
+def test_nvml_used_memory_excludes_the_drivers_reserved_memory(monkeypatch):
+    import sys
+
+    from checks import memory_fit
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(v2=True))
+    g = gpuinfo.query_nvml()[0]
+    assert (g.vram_used_mib, g.vram_reserved_mib, g.arch, g.source) == (0.0, 615.1, "sm_90", "nvml")
+    est = {"total_gib": 100.0, "params": 8e9, "weights_gib": 1, "states_gib": 1, "activations_gib": 1,
+           "logits_gib": 1}
+    f = memory_fit.judge(est, [g.to_dict()])[0]
+    assert f.id == "MEM000" and f.evidence["free_gib"] == pytest.approx((143771 - 615.1) / 1024, abs=0.01)
+    # an old driver without the v2 call: v1's figure, reserved unknown
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(v2=False))
+    g = gpuinfo.query_nvml()[0]
+    assert (g.vram_used_mib, g.vram_reserved_mib) == (615.1, None)
