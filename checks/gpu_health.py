@@ -208,7 +208,9 @@ def judge_bnb(data: dict[str, Any], qbit: Any, qmethod: str, model_cfg: dict[str
 
 
 def _bnb_probes(ctx: Context) -> list[ProbeSpec]:
-    return [ProbeSpec("bnb", "checks.gpu_probes", "probe_bnb", timeout=min(90, ctx.options.timeout))]
+    # its own worker, in parallel with the device one: importing bitsandbytes took 4.9 s on the H200,
+    # serialised after the bf16 and attention probes it made the GPU probes 16 s cold
+    return [ProbeSpec("bnb", "checks.gpu_probes", "probe_bnb", timeout=min(90, ctx.options.timeout), group="bnb")]
 
 
 @check("bitsandbytes", probes=_bnb_probes, order=42)

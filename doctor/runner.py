@@ -120,11 +120,11 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
     if not groups:
         return
     inventory = None
-    if "device" in groups:
+    if set(groups) - {"stack"}:
         # Read the GPU inventory before our own device worker touches a GPU: its context (0.6 GiB on
         # the H200, seen in the GPU validation run) and its process would count as "already busy"
-        # (GPU002/GPU003). The stack worker starts meanwhile; the device worker waits for it (ms with
-        # NVML, well under a second with amdsmi/amd-smi).
+        # (GPU002/GPU003). The stack worker (GPUs hidden) starts meanwhile; the workers that may touch
+        # a GPU wait for it (ms with NVML, well under a second with amdsmi/amd-smi).
         inventory = threading.Thread(target=_prefetch_facts, args=(ctx,), daemon=True)
         inventory.start()
     # Under torchrun (check --distributed) the local probes must not see the rendezvous: transformers'
@@ -133,7 +133,7 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
 
     def _run(item: tuple[str, list[ProbeSpec]]) -> dict[str, ProbeResult]:
         group, gspecs = item
-        if group == "device" and inventory is not None:
+        if group != "stack" and inventory is not None:
             inventory.join()
         genv = dict(env)
         if group == "stack":
