@@ -45,3 +45,26 @@ def has_bf16_matrix(arch: str | None) -> bool | None:
 
 AOTRITON_COMPILED = {"gfx90a", "gfx942", "gfx1100", "gfx1101", "gfx950", "gfx1201", "gfx1151"}
 AOTRITON_EXPERIMENTAL = {"gfx950", "gfx1151", "gfx1201", "gfx1100", "gfx1101"}
+
+# flash-attn's CK backend (ROCm): the archs its setup.py allows (facts §5.1). RDNA 3/4 arrived after the
+# v2.8.3 tag (commit 5301a359, 2026-03-26); HEAD says 2.8.4. The Triton backend covers CDNA and RDNA.
+_FA_CK_27 = {"gfx90a", "gfx940", "gfx941", "gfx942"}
+_FA_CK_28 = {"gfx90a", "gfx942", "gfx950"}
+_FA_CK_RDNA = {"gfx1100", "gfx1101", "gfx1102", "gfx1150", "gfx1151", "gfx1200", "gfx1201"}
+FA_CK_MAX_HEAD_DIM = 256  # csrc/flash_attn_ck/mha_fwd.cpp: "CK only supports head dimension at most 256"
+
+
+def _ver(v: str | None) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", (v or "0").split("+")[0])[:3])
+
+
+def fa_ck_archs(version: str | None) -> set[str]:
+    """GPU archs the flash-attn CK backend of this version is built for."""
+    v = _ver(version)
+    if v < (2, 8):
+        return set(_FA_CK_27)
+    if v < (2, 8, 4):
+        return set(_FA_CK_28)
+    return _FA_CK_28 | _FA_CK_RDNA

@@ -95,8 +95,37 @@ def bf16(ctx: Context) -> list[Finding]:
 
 # ---------------------------------------------------------------- attention
 
+def lf_attention(choice: dict[str, Any] | None, gpu_visible: bool) -> dict[str, Any] | None:
+    """What LLaMA-Factory will ask transformers for, from ``probe_attn_choice`` (its own code):
+    ``impl`` (sdpa / eager / flash_attention_2 / a hub kernel / error: ...) and whether it is
+    transformers' default rather than an explicit request."""
+    if not choice or choice.get("error"):
+        return None
+    fa2 = bool(choice.get("fa2_gate")) and gpu_visible
+    impl = choice.get("with_fa2") if fa2 else choice.get("without_fa2")
+    default = impl == "default"
+    if default:
+        impl = "eager" if choice.get("supports_sdpa") is False else "sdpa"
+    return {"impl": impl, "default": default, "fa2_gate": choice.get("fa2_gate")}
+
+
+def _ck_note(data: dict[str, Any], arch: str | None, head_dim: int | None) -> str:
+    """Why a CK flash-attn build fails on this GPU, where the facts say so."""
+    if data.get("flash_attn_backend") != "ck":
+        return ""
+    notes = []
+    ok = archs.fa_ck_archs(data.get("flash_attn_version"))
+    if arch and arch not in ok:
+        notes.append(f"flash-attn {data.get('flash_attn_version')}'s CK backend is built for {', '.join(sorted(ok))}, "
+                     f"not {arch}: rebuild with FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE (Triton backend, CDNA and RDNA)")
+    if head_dim and head_dim > archs.FA_CK_MAX_HEAD_DIM:
+        notes.append(f"CK supports head_dim ≤ {archs.FA_CK_MAX_HEAD_DIM}; this model has {head_dim}")
+    return "; ".join(notes)
+
+
 def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int, env: dict[str, str],
-                    arch: str | None, hip: bool) -> list[Finding]:
+                    arch: str | None, hip: bool, choice: dict[str, Any] | None = None,
+                    gpu_visible: bool = True, head_dim: int | None = None) -> list[Finding]:
     A = "attention"
     out: list[Finding] = []
     v = env.get("FLASH_ATTENTION_TRITON_AMD_ENABLE")
@@ -108,43 +137,73 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
         out.append(make("ATTN006", A, f"{arch}: SDPA flash/mem-efficient kernels are experimental and off",
                         "PyTorch disables them on this arch without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.",
                         arch=arch))
+    lf = lf_attention(choice, gpu_visible)
+    impl = lf["impl"] if lf else None
+    if impl and impl.startswith("error:"):
+        out.append(make("ATTN007", A, f"LLaMA-Factory cannot set up `flash_attn: {flash_cfg}` for "
+                        f"{(choice or {}).get('model_type') or 'this model'}", impl[len("error:"):].strip(),
+                        choice=choice))
     if data is None:
         return out
     fa = data.get("flash_attn") or {}
     backends = data.get("backends") or {}
-    if flash_cfg == "fa2":
+    fa2_used = impl == "flash_attention_2" if impl else (flash_cfg == "fa2" and fa.get("status") != "not_installed")
+    fa_label = f"flash-attn {data.get('flash_attn_version', '')}" + (
+        f" ({data['flash_attn_backend']})" if data.get("flash_attn_backend") else "")
+    if fa2_used and fa.get("status") in ("error", "wrong"):
+        why = "" if flash_cfg == "fa2" else f" (LLaMA-Factory picks FlashAttention-2 for this model with `flash_attn: {flash_cfg}`)"
+        detail = fa.get("error") or f"forward error {fa.get('fwd_err')} vs baseline {data.get('baseline_fwd')}"
+        note = _ck_note(data, arch, head_dim) if hip else ""
+        out.append(make("ATTN001", A, f"FlashAttention-2 will be used but {fa_label} is "
+                        f"{'wrong' if fa['status'] == 'wrong' else 'broken'}{why}",
+                        detail + (f"\n{note}." if note else ""), flash_attn=fa, version=data.get("flash_attn_version"),
+                        backend=data.get("flash_attn_backend")))
+    elif flash_cfg == "fa2" and not fa2_used:
         if fa.get("status") == "not_installed":
-            out.append(make("ATTN005", A, "flash_attn: fa2 but flash-attn is not installed",
-                            "LLaMA-Factory warns and falls back to the default attention."))
-        elif fa.get("status") in ("error", "wrong"):
-            out.append(make("ATTN001", A, f"flash_attn: fa2 but flash-attn {data.get('flash_attn_version', '')} "
-                            f"is {'wrong' if fa['status'] == 'wrong' else 'broken'}",
-                            fa.get("error") or f"forward error {fa.get('fwd_err')} vs baseline {data.get('baseline_fwd')}",
-                            flash_attn=fa, version=data.get("flash_attn_version")))
-    if flash_cfg in ("auto", "sdpa", "fa2"):
+            title, why = "flash_attn: fa2 but flash-attn is not installed", "not installed"
+        elif not gpu_visible:
+            title, why = "flash_attn: fa2 but no GPU is visible", "no GPU"
+        else:
+            title = f"flash_attn: fa2 but transformers will not use {fa_label}"
+            why = "transformers' is_flash_attn_2_available() is False (flash-attn too old for it, or not the flash-attn package)"
+        out.append(make("ATTN005", A, title, f"LLaMA-Factory warns `FlashAttention-2 is not installed.` and uses "
+                        f"{impl or 'the default attention'} instead ({why}).", lf_attn_implementation=impl))
+    if impl in (None, "sdpa") and flash_cfg in ("auto", "sdpa", "fa2", "disabled"):
         for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
             b = backends.get(name) or {}
-            if b.get("status") in ("wrong", "error"):
+            if b.get("status") in ("wrong", "error") and (impl == "sdpa" or flash_cfg != "disabled"):
                 out.append(make("ATTN002", A, f"SDPA {name} backend {'gives wrong results' if b['status'] == 'wrong' else 'fails'}",
                                 b.get("error") or f"fwd err {b.get('fwd_err')} (baseline {data.get('baseline_fwd')}), "
                                 f"grad err {b.get('grad_err')}", backend=name, result=b))
         fused = [n for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
                  if (backends.get(n) or {}).get("status") == "ok"]
-        if data.get("device") == "cuda" and not fused and cutoff_len >= 4096:
+        if data.get("device") == "cuda" and not fused and cutoff_len >= 4096 and (impl == "sdpa" or flash_cfg != "disabled"):
             out.append(make("ATTN003", A, f"Only the math SDPA kernel works; cutoff_len {cutoff_len}",
                             "The math kernel materialises the seq×seq score matrix per head.",
                             cutoff_len=cutoff_len, backends=backends))
     if not [f for f in out if f.severity in (Severity.ERROR, Severity.WARNING)]:
         ok = [n for n, b in backends.items() if b.get("status") == "ok"]
-        out.append(make("ATTN000", A, f"attention ({flash_cfg}): SDPA backends ok: {', '.join(ok) or 'none'}"
-                        + (f"; flash-attn {fa.get('status')}" if fa else ""), "", shape=data.get("shape"),
-                        backends=backends, flash_attn=fa))
+        uses = ""
+        if impl:
+            uses = f"LLaMA-Factory will use {impl}" + (" (transformers' default)" if lf and lf["default"] else "") + "; "
+        out.append(make("ATTN000", A, f"attention ({flash_cfg}): {uses}SDPA backends ok: {', '.join(ok) or 'none'}"
+                        + (f"; {fa_label.strip()} {fa.get('status')}" if fa.get("status") not in (None, "not_installed")
+                           else "; flash-attn not installed" if fa else ""),
+                        "", shape=data.get("shape"), backends=backends, flash_attn=fa,
+                        flash_attn_backend=data.get("flash_attn_backend"), lf_attn_implementation=impl))
     return out
 
 
 def _attn_probes(ctx: Context) -> list[ProbeSpec]:
-    return [ProbeSpec("attention", "checks.gpu_probes", "probe_attention",
-                      dict(_shape(ctx), dtype=_precision(ctx)), timeout=min(90, ctx.options.timeout))]
+    specs = [ProbeSpec("attention", "checks.gpu_probes", "probe_attention",
+                       dict(_shape(ctx), dtype=_precision(ctx)), timeout=min(90, ctx.options.timeout))]
+    if ctx.config is not None:
+        mc = ctx.model_config() or {}
+        specs.append(ProbeSpec("attn_choice", "checks.lf_probes", "probe_attn_choice",
+                               {"flash_attn": str(ctx.cfg("flash_attn", "auto")).lower(),
+                                "model_type": mc.get("model_type"), "architectures": mc.get("architectures")},
+                               timeout=ctx.options.timeout, group="stack"))
+    return specs
 
 
 @check("attention", probes=_attn_probes, order=41)
@@ -155,8 +214,10 @@ def attention(ctx: Context) -> list[Finding]:
     t = ctx.probes["torch"].data
     arch = (t.get("devices") or [{}])[0].get("arch")
     flash_cfg = str(ctx.cfg("flash_attn", "auto")).lower() if ctx.config else "auto"
+    ch = ctx.probes.get("attn_choice")
+    choice = ch.data if ch is not None and ch.ok else None  # no llamafactory: the config lint says so
     return fails + judge_attention(data, flash_cfg, int(ctx.cfg("cutoff_len", 2048) or 2048), ctx.env, arch,
-                                   bool(t.get("hip")))
+                                   bool(t.get("hip")), choice, bool(t.get("devices")), _shape(ctx)["head_dim"])
 
 
 # ---------------------------------------------------------------- bitsandbytes

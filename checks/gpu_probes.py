@@ -143,6 +143,7 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
         from flash_attn import flash_attn_func
 
         out["flash_attn_version"] = getattr(flash_attn, "__version__", "?")
+        out["flash_attn_backend"] = _fa_backend()
         if dev != "cuda":
             out["flash_attn"] = {"status": "unavailable", "error": "no GPU"}
         else:
@@ -164,6 +165,23 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
     except Exception as e:  # an ABI mismatch can raise other errors at import
         out["flash_attn"] = {"status": "error", "error": f"{type(e).__name__}: {str(e)[:300]}"}
     return out
+
+
+def _fa_backend() -> str:
+    """Which flash-attn kernels a call will reach: on ROCm CK (the compiled ``flash_attn_2_cuda``) or
+    Triton, chosen at run time by FLASH_ATTENTION_TRITON_AMD_ENABLE == "TRUE" exactly (recent versions
+    fall back to Triton when the CK extension is missing); on CUDA the compiled extension."""
+    import importlib.util
+    import os
+
+    import torch
+
+    has_ext = importlib.util.find_spec("flash_attn_2_cuda") is not None
+    if not torch.version.hip:
+        return "cuda" if has_ext else "missing extension"
+    if os.environ.get("FLASH_ATTENTION_TRITON_AMD_ENABLE", "FALSE") == "TRUE":
+        return "triton"
+    return "ck" if has_ext else "triton (no CK extension: fallback)"
 
 
 def probe_bnb() -> dict[str, Any]:

@@ -235,3 +235,71 @@ def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int
     fits.sort(key=lambda f: (-f["in_chat_template"], -f["tokens"], f["stop_words_unknown"], len(f["name"])))
     out["fitting_templates"] = fits[:12]
     return out
+
+
+# ---------------------------------------------------------------- attention choice
+
+def _attn_choice(configure: Any, fa_enum: Any, flash_attn: str, model_type: str | None, fa2_ok: bool) -> str:
+    """Run LLaMA-Factory's ``configure_attn_implementation`` on a bare config of this model type,
+    with transformers' FlashAttention-2 gate answering ``fa2_ok``; return what it requested."""
+    import types
+
+    import transformers.utils as tu
+
+    child = types.SimpleNamespace
+    cfg = child(model_type=model_type, vision_config=child(), text_config=child())
+    args = child(flash_attn=fa_enum(flash_attn))
+    orig = tu.is_flash_attn_2_available
+    tu.is_flash_attn_2_available = lambda: fa2_ok  # LLaMA-Factory imports it from here at call time
+    try:
+        configure(cfg, args)
+    except NotImplementedError as e:  # e.g. fa3 on any model but gpt_oss in 0.9.5: "Unknown attention type"
+        return f"error: {e}"
+    finally:
+        tu.is_flash_attn_2_available = orig
+    return (getattr(cfg, "_attn_implementation", None) or getattr(cfg, "attn_implementation", None)
+            or getattr(cfg.text_config, "_attn_implementation", None) or "default")
+
+
+def probe_attn_choice(flash_attn: str, model_type: str | None, architectures: list[str] | None = None) -> dict[str, Any]:
+    """What LLaMA-Factory will ask transformers for, by its own code: ``configure_attn_implementation``
+    for this ``flash_attn`` value and model type, once as on a machine where transformers' FlashAttention-2
+    gate passes and once where it fails; and that gate's verdict for this environment given a GPU
+    (``is_flash_attn_2_available`` with CUDA/HIP availability assumed: this worker has GPUs hidden).
+    "default" means transformers' own choice: SDPA when the model class supports it, else eager."""
+    import importlib
+
+    import transformers.utils.import_utils as iu
+    from llamafactory.extras.constants import AttentionFunction
+    from llamafactory.model.model_utils.attention import configure_attn_implementation
+
+    out: dict[str, Any] = {"flash_attn": flash_attn, "model_type": model_type}
+    if model_type == "gpt_oss":  # LLaMA-Factory loads a hub kernel here, whatever flash_attn says
+        out["with_fa2"] = out["without_fa2"] = "kernels-community/vllm-flash-attn3"
+        out["fa2_gate"] = None
+        return out
+    try:
+        AttentionFunction(flash_attn)
+    except ValueError:
+        out["error"] = f"unknown flash_attn value {flash_attn!r} (LLaMA-Factory accepts " \
+                       f"{', '.join(m.value for m in AttentionFunction)})"
+        return out
+    cuda = iu.is_torch_cuda_available
+    iu.is_flash_attn_2_available.cache_clear()
+    iu.is_torch_cuda_available = lambda: True
+    try:
+        out["fa2_gate"] = bool(iu.is_flash_attn_2_available())
+    finally:
+        iu.is_torch_cuda_available = cuda
+        iu.is_flash_attn_2_available.cache_clear()
+    out["with_fa2"] = _attn_choice(configure_attn_implementation, AttentionFunction, flash_attn, model_type, True)
+    out["without_fa2"] = _attn_choice(configure_attn_implementation, AttentionFunction, flash_attn, model_type, False)
+    out["supports_sdpa"] = None
+    for arch in architectures or []:
+        try:
+            cls = getattr(importlib.import_module("transformers"), arch)
+            out["supports_sdpa"] = bool(getattr(cls, "_supports_sdpa", False))
+            break
+        except Exception:  # a custom (trust_remote_code) class: transformers decides at load time
+            continue
+    return out

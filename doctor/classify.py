@@ -96,7 +96,9 @@ RULES: list[Rule] = [
     R("flash_attn_failure", r"FlashAttention (?:forward |backward )?only supports|FlashAttention backward for head dim|flash_attn_2_cuda|"
                             r"flash_attn_cuda|flash_attn_interface|flash-attn|flash_attn\b.*(?:error|not)|"
                             r"does not support this problem|Invalid archs: \[|"
-                            r"FlashAttention2 has been toggled on|ck_tile|fmha_fwd", 18),
+                            r"FlashAttention2 has been toggled on|ck_tile|fmha_fwd|"
+                            # LLaMA-Factory's configure_attn_implementation (fa3 on a model it cannot give it)
+                            r"Unknown attention type: ", 18),
     R("bitsandbytes_unavailable", r"bitsandbytes|libbitsandbytes|bnb\.|BNB_ROCM_VERSION|"
                                   r"compiled without GPU support|CPU-only version of bitsandbytes|"
                                   r"quantize_4bit|dequantize_4bit|Linear4bit|Params4bit|"

@@ -219,9 +219,12 @@ _ENTRIES: list[CodeDoc] = [
     CodeDoc("ATTN000", "attention", OK, "Attention kernels healthy",
             "The attention implementation LLaMA-Factory will use ran forward and backward within tolerance.",
             "Nothing to do."),
-    CodeDoc("ATTN001", "attention", E, "flash_attn: fa2 with a broken flash-attn",
-            "transformers accepts fa2 whenever flash_attn>=2.0.4 is installed, without importing it or "
-            "checking the arch; a broken or unsupported build fails at load or computes garbage.",
+    CodeDoc("ATTN001", "attention", E, "FlashAttention-2 will be used with a broken flash-attn",
+            "transformers' FlashAttention-2 gate only looks at the installed version, never imports the kernels "
+            "or checks the arch; a broken or unsupported build (an ABI mismatch after a torch upgrade, a CK build "
+            "without this gfx arch, head_dim > 256 on CK) fails at load or computes garbage. LLaMA-Factory picks "
+            "FA2 for `flash_attn: fa2`, and by itself for Gemma-2 with `auto`. The detail names the ROCm backend "
+            "(CK or Triton) and, for CK, the archs the build supports.",
             "Use `flash_attn: sdpa` (or disabled).", "disable-flash-attn", True),
     CodeDoc("ATTN002", "attention", E, "An SDPA backend gives wrong results or crashes",
             "A fused attention kernel (flash / mem-efficient / AOTriton) differs from the fp32 reference "
@@ -234,13 +237,20 @@ _ENTRIES: list[CodeDoc] = [
     CodeDoc("ATTN004", "attention", W, "FLASH_ATTENTION_TRITON_AMD_ENABLE has an ignored value",
             "flash-attn compares it with the exact string `TRUE`; `1` or `true` do nothing.",
             "export FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE"),
-    CodeDoc("ATTN005", "attention", I, "flash_attn: fa2 but flash-attn is not installed",
-            "LLaMA-Factory warns `FlashAttention-2 is not installed.` and falls back to the default attention.",
+    CodeDoc("ATTN005", "attention", I, "flash_attn: fa2 but FlashAttention-2 will not be used",
+            "flash-attn is not installed, no GPU is visible, or transformers' gate rejects the installed version: "
+            "LLaMA-Factory warns `FlashAttention-2 is not installed.` and falls back to the default attention "
+            "(named in the finding).",
             "Set `flash_attn: sdpa` to say what you get."),
     CodeDoc("ATTN006", "attention", W, "Experimental AOTriton arch without the opt-in",
             "On experimental archs SDPA flash/mem-efficient are disabled unless "
             "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1, so SDPA falls back to the math kernel.",
             "export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 (the probe checks the kernels are correct)."),
+    CodeDoc("ATTN007", "attention", E, "LLaMA-Factory cannot set up this flash_attn value for the model",
+            "Its `configure_attn_implementation` raises at model load, e.g. `Unknown attention type: fa3` for "
+            "`flash_attn: fa3` on any model but gpt-oss (LLaMA-Factory 0.9.5): the parser accepts the value, the "
+            "run dies after loading the data.",
+            "Use `flash_attn: sdpa`, `fa2` or `auto`.", "disable-flash-attn", True),
     # ---------------------------------------------------------------- bitsandbytes
     CodeDoc("BNB000", "bitsandbytes", OK, "bitsandbytes 4-bit works",
             "The native library loaded and an NF4 round trip and Linear4bit forward are correct.", "Nothing to do."),

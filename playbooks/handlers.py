@@ -63,7 +63,7 @@ def drop_unknown_keys(cm: Any, inp: PatchInput, out: Outcome) -> None:
 def disable_flash_attn(cm: Any, inp: PatchInput, out: Outcome) -> None:
     cur = str(cm.get("flash_attn", "auto"))
     sdpa_broken = any(getattr(f, "id", "") == "ATTN002" for f in inp.findings)
-    if cur == "fa2" and not sdpa_broken:
+    if cur in ("fa2", "fa3") and not sdpa_broken:
         new = "sdpa"
     elif cur != "disabled":
         new = "disabled"

@@ -62,6 +62,9 @@ WRITTEN = [
     ("nccl_rccl_timeout", "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
                           "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
     ("gpu_not_detected", "ValueError: fp16 mixed precision requires a GPU (not 'cpu')."),
+    ("flash_attn_failure", '  File "/x/llamafactory/model/model_utils/attention.py", line 83, in configure_attn_implementation\n'
+                           "    raise NotImplementedError(f\"Unknown attention type: {model_args.flash_attn}\")\n"
+                           "NotImplementedError: Unknown attention type: fa3"),
 ]
 
 

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from checks import gpu_health, gpus, memory_fit
+from checks import archs, gpu_health, gpus, memory_fit
 from tests.conftest import run_cli, shared_fixture, stack
 
 
@@ -59,6 +59,78 @@ def test_attention_env_values():
                                                             "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"},
                                      "gfx1100", True)
     assert ids(fs2) == ["ATTN000"]
+
+
+def test_what_llamafactory_will_use_is_judged_not_the_yaml_value():
+    broken = dict(ATT_OK, flash_attn={"status": "error", "error": "ImportError: undefined symbol"},
+                  flash_attn_version="2.8.3", flash_attn_backend="ck")
+    # Gemma-2 with `auto`: LLaMA-Factory switches to FA2 by itself when transformers' gate passes
+    gemma = {"model_type": "gemma2", "fa2_gate": True, "with_fa2": "flash_attention_2", "without_fa2": "eager"}
+    f = next(x for x in gpu_health.judge_attention(broken, "auto", 2048, {}, "gfx942", True, gemma) if x.id == "ATTN001")
+    assert "picks FlashAttention-2" in f.title and "(ck)" in f.title
+    # the same broken build is harmless where LLaMA-Factory uses SDPA (llama, auto)
+    llama = {"model_type": "llama", "fa2_gate": True, "with_fa2": "default", "without_fa2": "default",
+             "supports_sdpa": True}
+    fs = gpu_health.judge_attention(broken, "auto", 2048, {}, "gfx942", True, llama)
+    assert ids(fs) == ["ATTN000"] and "will use sdpa (transformers' default)" in fs[0].title
+    # explicit disabled: eager; a wrong SDPA kernel does not matter then
+    eager = {"model_type": "llama", "fa2_gate": False, "with_fa2": "eager", "without_fa2": "eager"}
+    wrong = dict(ATT_OK, backends={"FLASH_ATTENTION": {"status": "wrong", "fwd_err": 3.0}, "MATH": {"status": "ok"}})
+    fs = gpu_health.judge_attention(wrong, "disabled", 2048, {}, "gfx942", True, eager)
+    assert ids(fs) == ["ATTN000"] and "will use eager" in fs[0].title
+    # fa2 asked, gate fails on the installed version: info naming what is used instead
+    old = dict(ATT_OK, flash_attn={"status": "ok"}, flash_attn_version="2.0.4")
+    gate = {"model_type": "llama", "fa2_gate": False, "with_fa2": "flash_attention_2", "without_fa2": "default",
+            "supports_sdpa": True}
+    f = next(x for x in gpu_health.judge_attention(old, "fa2", 2048, {}, "gfx942", True, gate) if x.id == "ATTN005")
+    assert "will not use" in f.title and "uses sdpa instead" in f.detail
+
+
+def test_ck_build_without_the_arch_says_why_and_what_to_do():
+    data = dict(ATT_OK, flash_attn={"status": "error", "error": "RuntimeError: HIP error: invalid device function"},
+                flash_attn_version="2.8.3", flash_attn_backend="ck")
+    f = next(x for x in gpu_health.judge_attention(data, "fa2", 2048, {}, "gfx1100", True, head_dim=512)
+             if x.id == "ATTN001")
+    assert "built for gfx90a, gfx942, gfx950, not gfx1100" in f.detail
+    assert "FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE" in f.detail and "head_dim ≤ 256" in f.detail
+    assert archs.fa_ck_archs("2.7.4") == {"gfx90a", "gfx940", "gfx941", "gfx942"}
+    assert "gfx1100" in archs.fa_ck_archs("2.8.4") and "gfx1100" not in archs.fa_ck_archs("2.8.3+rocm")
+
+
+@stack
+@pytest.mark.parametrize("flash,model_type,with_fa2,without_fa2", [
+    ("auto", "llama", "default", "default"),          # transformers decides (SDPA)
+    ("fa2", "llama", "flash_attention_2", "default"),  # "FlashAttention-2 is not installed." then default
+    ("disabled", "qwen3", "eager", "eager"),
+    ("sdpa", "llama", "sdpa", "sdpa"),
+    ("auto", "gemma2", "flash_attention_2", "eager"),  # Gemma-2: FA2 or eager, never SDPA
+    ("sdpa", "youtu", "eager", "eager"),
+])
+def test_attention_choice_comes_from_llamafactory_itself(flash, model_type, with_fa2, without_fa2):
+    from checks.lf_probes import probe_attn_choice
+
+    got = probe_attn_choice(flash, model_type, ["LlamaForCausalLM"])
+    assert (got["with_fa2"], got["without_fa2"]) == (with_fa2, without_fa2)
+    assert got["supports_sdpa"] is True and got["fa2_gate"] is False  # no flash-attn in the test stack
+
+
+@stack
+def test_fa3_is_caught_before_the_run_and_fixed(tmp_path):
+    """LLaMA-Factory 0.9.5's parser accepts `flash_attn: fa3`, then model loading raises
+    `NotImplementedError: Unknown attention type: fa3` (seen with the real llamafactory-cli)."""
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                                                   "hidden_size": 64, "num_attention_heads": 4,
+                                                   "num_hidden_layers": 2, "vocab_size": 1000}))
+    cfg = tmp_path / "fa3.yaml"
+    cfg.write_text(f"model_name_or_path: {model}\nstage: sft\ndo_train: true\nfinetuning_type: lora\n"
+                   f"dataset: demo\ntemplate: llama3\noutput_dir: {tmp_path / 'out'}\nflash_attn: fa3\n")
+    r = run_cli("check", str(cfg), "--json", "--only", "torch,attention")
+    f = {x["id"]: x for x in json.loads(r.stdout)["findings"]}["ATTN007"]
+    assert r.returncode == 1 and "Unknown attention type: fa3" in f["detail"] and f["playbook"] == "disable-flash-attn"
+    r = run_cli("fix", str(cfg))  # ATTN007 comes from the probes: a full (not --quick) fix
+    assert "flash_attn: sdpa" in (tmp_path / "fa3.fixed.yaml").read_text(), r.stdout + r.stderr
 
 
 # ---------------------------------------------------------------- bitsandbytes
