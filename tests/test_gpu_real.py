@@ -70,6 +70,8 @@ def test_sdpa_backends_forward_and_backward_at_the_models_shape(report):
     f = by_id(report)["ATTN000"]
     ev = f["evidence"]
     assert ev["shape"] == [2, 32, 8, 512, 128]  # batch, heads, kv heads (GQA), seq, head_dim of the model
+    if importlib.util.find_spec("llamafactory") and not importlib.util.find_spec("flash_attn"):
+        assert ev["lf_attn_implementation"] == "sdpa"  # LLaMA-Factory's own choice for llama + flash_attn: auto
     b = ev["backends"]
     assert b["MATH"]["status"] == "ok"
     fused = [n for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION") if b[n]["status"] == "ok"]
