@@ -265,3 +265,27 @@ def test_nvml_used_memory_excludes_the_drivers_reserved_memory(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(v2=False))
     g = gpuinfo.query_nvml()[0]
     assert (g.vram_used_mib, g.vram_reserved_mib) == (615.1, None)
+
+
+def test_check_black_box_with_recorded_rocm_smi_on_path(tmp_path):
+    """The real CLI on this CPU-only machine, with a `rocm-smi` on PATH printing a recorded RX 7900 XT output
+    (and an `amd-smi` that fails first): the AMD GPU is found, and torch (a CPU/CUDA wheel here) seeing none
+    of it is the error a user with the wrong wheel gets."""
+    from tests.conftest import HAVE_STACK, run_cli
+
+    if not HAVE_STACK:
+        pytest.skip("needs torch for the torch-side findings")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    _fake_tool(bindir, "amd-smi", rc=1, stderr="ERROR:root:Unable to load libamd_smi.so")
+    _fake_tool(bindir, "rocm-smi", shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
+               stderr="WARNING: AMD GPU device(s) is/are in a low-power state")
+    r = run_cli("check", "--json", "--only", "torch,gpus", env={"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    assert r.returncode == 1, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    g = out["environment"]["gpus"]
+    assert [(x["source"], x["name"], x["arch"]) for x in g] == [("rocm-smi", "Radeon RX 7900 XT", "gfx1100")]
+    assert round(g[0]["vram_total_mib"]) == 20464 and g[0]["vram_used_mib"] < 30
+    got = {f["id"]: f for f in out["findings"]}
+    assert got["TORCH002"]["severity"] == "error"            # a CPU/CUDA torch on an AMD machine
+    assert "GPU001" in got and "GPU002" not in got           # torch sees 0 of 1; the idle card is not busy
