@@ -38,17 +38,21 @@ def judge(gpus: list[dict[str, Any]], torch_count: int | None, env: dict[str, st
                         + (f" ({expected} visible)" if expected != len(gpus) else ""),
                         f"sources: {', '.join(sorted({g.get('source', '?') for g in gpus}))}",
                         torch_count=torch_count, system_count=len(gpus)))
-    for g in gpus:
+    # only the GPUs this run will use: a colleague's job on a GPU excluded with HIP_VISIBLE_DEVICES (the
+    # fix GPU002 suggests) is none of its business; under `check --distributed` each rank sees its own
+    vis = gpuinfo.visible_indices(env, gpus)
+    mine = [g for g in gpus if vis is None or int(g["index"]) in vis]
+    for g in mine:
         used, procs = g.get("vram_used_mib"), g.get("processes") or []
         if (used is not None and used > BUSY_MIB) or procs:
             out.append(make("GPU002", A, f"GPU {g['index']} ({g.get('name')}) already uses "
                             f"{used or 0:.0f} MiB" + (f", {len(procs)} process(es)" if procs else ""),
                             f"of {g.get('vram_total_mib') or '?'} MiB", gpu=g))
-    used = [g.get("vram_used_mib") for g in gpus if g.get("vram_used_mib") is not None]
+    used = [g.get("vram_used_mib") for g in mine if g.get("vram_used_mib") is not None]
     if len(used) >= 2:
         med = statistics.median(used)
-        tot = max((g.get("vram_total_mib") or 0) for g in gpus) or 1
-        top = max(gpus, key=lambda g: g.get("vram_used_mib") or 0)
+        tot = max((g.get("vram_total_mib") or 0) for g in mine) or 1
+        top = max(mine, key=lambda g: g.get("vram_used_mib") or 0)
         if top["vram_used_mib"] - med > 0.2 * tot and top["vram_used_mib"] > 2 * med + BUSY_MIB:
             out.append(make("GPU003", A, f"GPU {top['index']} holds {top['vram_used_mib']:.0f} MiB, the median "
                             f"GPU {med:.0f} MiB", "One GPU far above the others.", used_mib=used))

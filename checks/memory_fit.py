@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor import system
+from doctor import gpuinfo, system
 from doctor.context import Context
 from doctor.findings import Finding, make
 from doctor.runner import check
@@ -88,4 +88,6 @@ def memory_fit(ctx: Context) -> list[Finding]:
     if not mc or not mc.get("hidden_size"):
         return [make("MEM002", A, "Memory not estimated: the model's config.json is not local",
                      f"model_name_or_path = {ctx.cfg('model_name_or_path')!r}")]
-    return judge(estimate(mc, ctx.config or {}), system.facts(ctx).get("gpus") or [])
+    gpus = system.facts(ctx).get("gpus") or []
+    vis = gpuinfo.visible_indices(ctx.env, gpus)
+    return judge(estimate(mc, ctx.config or {}), [g for g in gpus if vis is None or int(g["index"]) in vis])

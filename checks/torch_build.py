@@ -9,6 +9,7 @@ from typing import Any
 from doctor import system
 from doctor.context import Context
 from doctor.findings import Finding, make
+from doctor.gpuinfo import parse_visible
 from doctor.runner import check, probe_failure
 from doctor.worker import ProbeSpec
 
@@ -133,18 +134,11 @@ def _wheel_tag(ver: str) -> str | None:
     return {"rocm": "rocm", "cu": "cuda", "cpu": "cpu"}[m.group(1)] if m else None
 
 
-def _parse_visible(v: str | None) -> list[str] | None:
-    if v is None:
-        return None
-    v = v.strip()
-    return [x.strip() for x in v.split(",") if x.strip()] if v else []
-
-
 def judge_visible_devices(env: dict[str, str], n_system: int, backend: str) -> list[Finding]:
     out = []
-    rocr = _parse_visible(env.get("ROCR_VISIBLE_DEVICES"))
-    hip = _parse_visible(env.get("HIP_VISIBLE_DEVICES"))
-    cuda = _parse_visible(env.get("CUDA_VISIBLE_DEVICES"))
+    rocr = parse_visible(env.get("ROCR_VISIBLE_DEVICES"))
+    hip = parse_visible(env.get("HIP_VISIBLE_DEVICES"))
+    cuda = parse_visible(env.get("CUDA_VISIBLE_DEVICES"))
     ev = {k: env[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if k in env}
     if backend == "rocm" or (backend != "cuda" and (rocr is not None or hip is not None)):
         if rocr is not None and hip is not None and len(hip) > len(rocr):

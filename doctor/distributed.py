@@ -225,11 +225,14 @@ def run_rank(args: Any) -> int:
     re_ = rank_env(env)
     assert re_ is not None
     gpus, _ = gpuinfo.inventory(env=env)
-    ctx, findings = run_check(args.config, only=None, python=args.python, timeout=args.timeout,
-                              env=local_device_env(env, re_["local_rank"], len(gpus)))
+    local_env = local_device_env(env, re_["local_rank"], len(gpus))
+    ctx, findings = run_check(args.config, only=None, python=args.python, timeout=args.timeout, env=local_env)
     es = environment_summary(ctx)
+    inv = es.get("gpus") or []
+    vis = gpuinfo.visible_indices(local_env, inv)
+    mine = [g for g in inv if vis is None or g["index"] in vis]  # this rank's GPU, not the node's first
     me = {"rank": re_["rank"], "local_rank": re_["local_rank"], "node_rank": re_["node_rank"],
-          "host": socket.gethostname(), "gpu": (es.get("gpus") or [None])[0],
+          "host": socket.gethostname(), "gpu": (mine or inv or [None])[0],
           "fingerprint": fingerprint(ctx, es), "findings": [f.to_dict() for f in findings]}
     sizes = parse_sizes(args.dist_sizes)
     spec = ProbeSpec("collectives", "checks.dist_probes", "probe_collectives",

@@ -40,6 +40,38 @@ class GPU:
         return d
 
 
+# ------------------------------------------------------------------ visibility
+
+def parse_visible(v: str | None) -> list[str] | None:
+    """A *_VISIBLE_DEVICES value as a list (None: unset; []: set but empty)."""
+    if v is None:
+        return None
+    v = v.strip()
+    return [x.strip() for x in v.split(",") if x.strip()] if v else []
+
+
+def visible_indices(env: dict[str, str], gpus: list[dict[str, Any]]) -> set[int] | None:
+    """Indices (as the inventory numbers them) of the GPUs a training run started with this environment will
+    use: ROCR_VISIBLE_DEVICES filters first, then HIP_VISIBLE_DEVICES (or CUDA_VISIBLE_DEVICES) indexes into
+    what is left; on NVIDIA only CUDA_VISIBLE_DEVICES counts. None when unrestricted or not decidable (UUIDs)."""
+    order = sorted(int(g["index"]) for g in gpus)
+    if any(g.get("vendor") == "amd" for g in gpus):
+        chain = ["ROCR_VISIBLE_DEVICES",
+                 "HIP_VISIBLE_DEVICES" if env.get("HIP_VISIBLE_DEVICES") is not None else "CUDA_VISIBLE_DEVICES"]
+    else:
+        chain = ["CUDA_VISIBLE_DEVICES"]
+    restricted = False
+    for var in chain:
+        vals = parse_visible(env.get(var))
+        if vals is None:
+            continue
+        if not all(v.lstrip("-").isdigit() for v in vals):
+            return None
+        order = [order[int(v)] for v in vals if 0 <= int(v) < len(order)]
+        restricted = True
+    return set(order) if restricted else None
+
+
 # ------------------------------------------------------------------ value helpers
 
 def na(v: Any) -> Any:

@@ -156,3 +156,25 @@ def test_sizes_and_device_env():
     assert e["HIP_VISIBLE_DEVICES"] == e["CUDA_VISIBLE_DEVICES"] == "6"
     assert local_device_env({}, 3, 8)["HIP_VISIBLE_DEVICES"] == "3"
     assert "HIP_VISIBLE_DEVICES" not in local_device_env({}, 1, 0)   # CPU: nothing to restrict
+
+
+@stack
+@pytest.mark.slow
+def test_each_rank_reports_its_own_gpu(tmp_path):
+    """Two ranks on a node whose nvidia-smi (a recorded-format stand-in: no GPU here) lists two GPUs, the
+    second one busy: rank 1 names GPU 1 and reports it busy; rank 0 names GPU 0 and does not."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    smi = bindir / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho '0, NVIDIA H200, 143771 MiB, 0 MiB, 0 %'\n"
+                   "echo '1, NVIDIA H200, 143771 MiB, 90000 MiB, 97 %'\n")
+    smi.chmod(0o755)
+    r = run_cli("check", "--distributed", "--json", "--only", "gpus", "--dist-sizes", "1M", "--dist-iters", "1",
+                "--dist-backend", "gloo", cwd=tmp_path, timeout=400,
+                env={"NPROC_PER_NODE": "2", "MASTER_PORT": str(free_port()),
+                     "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
+    d = json.loads(r.stdout)
+    by_rank = {x["rank"]: x for x in d["ranks"]}
+    assert by_rank[0]["gpu"]["index"] == 0 and by_rank[1]["gpu"]["index"] == 1, r.stderr[-2000:]
+    busy = {rk: [f["id"] for f in x["findings"] if f["id"] == "GPU002"] for rk, x in by_rank.items()}
+    assert busy == {0: [], 1: ["GPU002"]}

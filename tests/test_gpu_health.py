@@ -222,3 +222,26 @@ def test_mixed_precision_without_gpu_is_an_error():
     assert [f.id for f in gh.judge_bf16(cpu, None, False, "fp16")] == ["BF16005"]
     assert [f.id for f in gh.judge_bf16(cpu, None, True, "bf16", use_cpu=True)] == ["BF16004"]  # on purpose
     assert [f.id for f in gh.judge_bf16(cpu, None, False, None)] == ["BF16004"]
+
+
+def test_only_the_gpus_this_run_uses_are_judged():
+    """GPU002's own fix is to exclude the busy GPU with HIP_VISIBLE_DEVICES: then it must go quiet. Under
+    `check --distributed` each rank sees only its own GPU, so other ranks' work is not reported either."""
+    from doctor.gpuinfo import visible_indices
+
+    g = [{"index": i, "name": "MI300X", "arch": "gfx942", "vram_total_mib": 196592, "vram_used_mib": u,
+          "source": "amd-smi", "vendor": "amd"} for i, u in enumerate([150000, 300, 280, 310])]
+    assert "GPU002" in ids(gpus.judge(g, 4, {}))
+    assert ids(gpus.judge(g, 3, {"HIP_VISIBLE_DEVICES": "1,2,3"})) == ["GPU000"]
+    assert visible_indices({"ROCR_VISIBLE_DEVICES": "1,2,3", "HIP_VISIBLE_DEVICES": "0"}, g) == {1}
+    assert visible_indices({"ROCR_VISIBLE_DEVICES": "GPU-abc"}, g) is None          # UUIDs: not decidable
+    assert visible_indices({"CUDA_VISIBLE_DEVICES": "2"}, g) == {2}                  # ROCm honours it too
+    assert visible_indices({"HIP_VISIBLE_DEVICES": "3", "CUDA_VISIBLE_DEVICES": "2"}, g) == {3}
+    nv = [dict(x, vendor="nvidia", source="nvml") for x in g]
+    assert visible_indices({"HIP_VISIBLE_DEVICES": "1"}, nv) is None and visible_indices({}, nv) is None
+    assert visible_indices({"CUDA_VISIBLE_DEVICES": "-1"}, nv) == set()
+    est = memory_fit.estimate({"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+                               "vocab_size": 128256}, {"finetuning_type": "full", "bf16": True})
+    full = [dict(x, vram_total_mib=196592, vram_used_mib=190000 if x["index"] == 0 else 0) for x in g]
+    assert memory_fit.judge(est, full)[0].evidence["free_gib"] < 10
+    assert memory_fit.judge(est, full[1:])[0].evidence["free_gib"] > 190
