@@ -106,7 +106,7 @@ def lf_attention(choice: dict[str, Any] | None, gpu_visible: bool) -> dict[str, 
     default = impl == "default"
     if default:
         impl = "eager" if choice.get("supports_sdpa") is False else "sdpa"
-    return {"impl": impl, "default": default, "fa2_gate": choice.get("fa2_gate")}
+    return {"impl": impl, "default": default}
 
 
 def _ck_note(data: dict[str, Any], arch: str | None, head_dim: int | None) -> str:
@@ -153,7 +153,7 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
     if fa2_used and fa.get("status") in ("error", "wrong"):
         why = "" if flash_cfg == "fa2" else f" (LLaMA-Factory picks FlashAttention-2 for this model with `flash_attn: {flash_cfg}`)"
         detail = fa.get("error") or f"forward error {fa.get('fwd_err')} vs baseline {data.get('baseline_fwd')}"
-        note = _ck_note(data, arch, head_dim) if hip else ""
+        note = _ck_note(data, arch, head_dim)  # empty unless the ROCm CK backend is in use
         out.append(make("ATTN001", A, f"FlashAttention-2 will be used but {fa_label} is "
                         f"{'wrong' if fa['status'] == 'wrong' else 'broken'}{why}",
                         detail + (f"\n{note}." if note else ""), flash_attn=fa, version=data.get("flash_attn_version"),
@@ -168,16 +168,17 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
             why = "transformers' is_flash_attn_2_available() is False (flash-attn too old for it, or not the flash-attn package)"
         out.append(make("ATTN005", A, title, f"LLaMA-Factory warns `FlashAttention-2 is not installed.` and uses "
                         f"{impl or 'the default attention'} instead ({why}).", lf_attn_implementation=impl))
-    if impl in (None, "sdpa") and flash_cfg in ("auto", "sdpa", "fa2", "disabled"):
+    sdpa_used = impl == "sdpa" if impl else flash_cfg in ("auto", "sdpa", "fa2")
+    if sdpa_used:
         for name in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION"):
             b = backends.get(name) or {}
-            if b.get("status") in ("wrong", "error") and (impl == "sdpa" or flash_cfg != "disabled"):
+            if b.get("status") in ("wrong", "error"):
                 out.append(make("ATTN002", A, f"SDPA {name} backend {'gives wrong results' if b['status'] == 'wrong' else 'fails'}",
                                 b.get("error") or f"fwd err {b.get('fwd_err')} (baseline {data.get('baseline_fwd')}), "
                                 f"grad err {b.get('grad_err')}", backend=name, result=b))
         fused = [n for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
                  if (backends.get(n) or {}).get("status") == "ok"]
-        if data.get("device") == "cuda" and not fused and cutoff_len >= 4096 and (impl == "sdpa" or flash_cfg != "disabled"):
+        if data.get("device") == "cuda" and not fused and cutoff_len >= 4096:
             out.append(make("ATTN003", A, f"Only the math SDPA kernel works; cutoff_len {cutoff_len}",
                             "The math kernel materialises the seq×seq score matrix per head.",
                             cutoff_len=cutoff_len, backends=backends))

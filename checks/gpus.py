@@ -16,9 +16,9 @@ BUSY_MIB = 1024
 
 def _visible_count(env: dict[str, str]) -> int | None:
     for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES"):
-        v = env.get(var)
-        if v is not None:
-            return len([x for x in v.split(",") if x.strip() and x.strip() != "-1"])
+        vals = gpuinfo.parse_visible(env.get(var))
+        if vals is not None:
+            return len([x for x in vals if x != "-1"])
     return None
 
 
@@ -40,8 +40,7 @@ def judge(gpus: list[dict[str, Any]], torch_count: int | None, env: dict[str, st
                         torch_count=torch_count, system_count=len(gpus)))
     # only the GPUs this run will use: a colleague's job on a GPU excluded with HIP_VISIBLE_DEVICES (the
     # fix GPU002 suggests) is none of its business; under `check --distributed` each rank sees its own
-    vis = gpuinfo.visible_indices(env, gpus)
-    mine = [g for g in gpus if vis is None or int(g["index"]) in vis]
+    mine = gpuinfo.visible_gpus(env, gpus)
     for g in mine:
         used, procs = g.get("vram_used_mib"), g.get("processes") or []
         if (used is not None and used > BUSY_MIB) or procs:

@@ -88,6 +88,4 @@ def memory_fit(ctx: Context) -> list[Finding]:
     if not mc or not mc.get("hidden_size"):
         return [make("MEM002", A, "Memory not estimated: the model's config.json is not local",
                      f"model_name_or_path = {ctx.cfg('model_name_or_path')!r}")]
-    gpus = system.facts(ctx).get("gpus") or []
-    vis = gpuinfo.visible_indices(ctx.env, gpus)
-    return judge(estimate(mc, ctx.config or {}), [g for g in gpus if vis is None or int(g["index"]) in vis])
+    return judge(estimate(mc, ctx.config or {}), gpuinfo.visible_gpus(ctx.env, system.facts(ctx).get("gpus") or []))

@@ -26,6 +26,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from doctor import gpuinfo
 from doctor.config import InputError
 from doctor.findings import Finding, Severity, make
 
@@ -74,8 +75,9 @@ def local_device_env(env: dict[str, str], local_rank: int, n_gpus: int) -> dict[
     e = dict(env)
     base = None
     for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
-        if e.get(var):
-            base = [x.strip() for x in e[var].split(",") if x.strip()]
+        vals = gpuinfo.parse_visible(e.get(var))
+        if vals:  # a blank value restricts nothing here (it used to divide by zero below)
+            base = vals
             break
     if base is None:
         if n_gpus <= 0:
@@ -216,7 +218,6 @@ def collectives_from(timings: list[list[dict[str, Any]]], backend: str) -> list[
 
 def run_rank(args: Any) -> int:
     """One rank's part under torchrun; rank 0 prints the cluster report."""
-    from doctor import gpuinfo
     from doctor.cli import environment_summary, run_check
     from doctor.render import sort_findings
     from doctor.worker import ProbeSpec, run_probes
@@ -229,8 +230,7 @@ def run_rank(args: Any) -> int:
     ctx, findings = run_check(args.config, only=None, python=args.python, timeout=args.timeout, env=local_env)
     es = environment_summary(ctx)
     inv = es.get("gpus") or []
-    vis = gpuinfo.visible_indices(local_env, inv)
-    mine = [g for g in inv if vis is None or g["index"] in vis]  # this rank's GPU, not the node's first
+    mine = gpuinfo.visible_gpus(local_env, inv)  # this rank's GPU, not the node's first
     me = {"rank": re_["rank"], "local_rank": re_["local_rank"], "node_rank": re_["node_rank"],
           "host": socket.gethostname(), "gpu": (mine or inv or [None])[0],
           "fingerprint": fingerprint(ctx, es), "findings": [f.to_dict() for f in findings]}
@@ -300,7 +300,6 @@ def print_report(report: dict[str, Any], args: Any) -> None:
 
 def launch(args: Any, argv: list[str]) -> int:
     """Not under torchrun: launch it from llamafactory-cli's variables, print rank 0's report."""
-    from doctor import gpuinfo
 
     env = dict(os.environ)
     nnodes = env.get("NNODES", "1")

@@ -72,6 +72,12 @@ def visible_indices(env: dict[str, str], gpus: list[dict[str, Any]]) -> set[int]
     return set(order) if restricted else None
 
 
+def visible_gpus(env: dict[str, str], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The inventory entries of the GPUs a run started with this environment will use (all when undecidable)."""
+    vis = visible_indices(env, gpus)
+    return [g for g in gpus if vis is None or int(g["index"]) in vis]
+
+
 # ------------------------------------------------------------------ value helpers
 
 def na(v: Any) -> Any:

@@ -156,6 +156,7 @@ def test_sizes_and_device_env():
     assert e["HIP_VISIBLE_DEVICES"] == e["CUDA_VISIBLE_DEVICES"] == "6"
     assert local_device_env({}, 3, 8)["HIP_VISIBLE_DEVICES"] == "3"
     assert "HIP_VISIBLE_DEVICES" not in local_device_env({}, 1, 0)   # CPU: nothing to restrict
+    assert local_device_env({"HIP_VISIBLE_DEVICES": " "}, 1, 2)["HIP_VISIBLE_DEVICES"] == "1"  # blank: all GPUs
 
 
 @stack
