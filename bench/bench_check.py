@@ -32,7 +32,7 @@ def main():
     quick_t = wall([py, "-m", "doctor", "check", "--quick", CONFIG])
     # in-process quick (without interpreter start-up), to show what the check itself costs
     sys.path.insert(0, str(ROOT))
-    from doctor.cli import run_check
+    from doctor.preflight import run_check
 
     ts = []
     for _ in range(5):

@@ -39,7 +39,7 @@ def main() -> None:
     import argparse
     import statistics
 
-    from doctor.cli import run_check
+    from doctor.preflight import run_check
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="timed runs of all GPU probes (median reported)")
@@ -47,7 +47,8 @@ def main() -> None:
     walls = []
     for _ in range(max(1, runs)):
         t = time.perf_counter()
-        ctx, findings = run_check(None, only={"torch", "bf16", "attention", "bitsandbytes", "gpus", "memory"})
+        checked = run_check(None, only={"torch", "bf16", "attention", "bitsandbytes", "gpus", "memory"})
+        ctx, findings = checked.ctx, checked.findings
         walls.append(time.perf_counter() - t)
     wall = statistics.median(walls)
     print(f"GPU probes together: median {wall:.2f} s wall of {len(walls)} runs "

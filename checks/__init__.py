@@ -1,7 +1,7 @@
-"""One module per diagnosis area. Importing this package registers every check.
+"""One module per ``--only`` area (``checks/<area>.py``), each declaring its ids' ``Code`` objects beside the
+check that emits them. Importing this package does nothing: the runner's ``CHECK_MODULES`` lists the modules.
 
-Module top levels import only the standard library and ``doctor``: what they examine (torch,
-llamafactory, ...) is imported inside probe functions, which run in the isolated worker.
+Module top levels import only the standard library and rocm-doctor's lower layers (registry, findings,
+context, worker, and the leaves); what they examine (torch, llamafactory, ...) runs in ``doctor/probes/``,
+in the isolated worker.
 """
-
-from checks import config_lint, gpu_health, gpus, memory_fit, template_tokens, torch_build  # noqa: F401

@@ -1,4 +1,4 @@
-"""Failure-log classifier, shared by ``explain`` and (later) the ``train`` supervisor.
+"""Failure-log classifier, shared by ``explain`` and the ``train`` supervisor.
 
 Designed around the error messages of the libraries involved (torch, HIP/ROCm, RCCL/NCCL,
 bitsandbytes, flash-attn, transformers, DeepSpeed, LLaMA-Factory), not around a corpus: each rule
@@ -12,9 +12,13 @@ Reads only the tail of huge logs (bounded memory/time); never imports torch.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
+
+from doctor.config import InputError
 
 MAX_BYTES = 4 * 1024 * 1024  # tail of a log read for classification
 MAX_LINE = 4000
@@ -147,9 +151,14 @@ RULES: list[Rule] = [
 
 NOISE = re.compile(r"ChildFailedError|torch\.distributed\.elastic|Root Cause \(first observed failure\)|"
                    r"sys\.exit\(main\(\)\)|^\s*File \"|^\s*\^+\s*$|^\s*frame #\d+|Sending process \d+ closing signal|"
-                   r"failed \(exitcode: |Traceback \(most recent call last\)|^={5,}|^-{5,}", re.IGNORECASE)
+                   r"failed \(exitcode: |Traceback \(most recent call last\)|^={5,}|^-{5,}|"
+                   r"During handling of the above exception|The above exception was the direct cause", re.IGNORECASE)
+# a tqdm progress bar ("  40%|████      | 4/10 [00:02<00:03,  1.9it/s]"): never evidence
+PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\d+/\d+ \[\d+:\d+(?::\d+)?<")
 
 FRAME = re.compile(r'File "([^"]+)", line \d+')
+NOT_INSTALLED = re.compile(r"No module named '?bitsandbytes|No package metadata was found for (?:The ')?bitsandbytes|"
+                           r"pip install (?:-U )?bitsandbytes", re.IGNORECASE)
 
 
 @dataclass
@@ -198,6 +207,35 @@ def read_log_tail(path_or_bytes: str | bytes, max_bytes: int = MAX_BYTES) -> str
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("utf-8", "replace")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def looks_binary(text: str) -> bool:
+    """More than 5 % control characters (besides tab, newline, CR, form feed, ESC for colours) in the first
+    8 KiB: an archive, a core dump or a checkpoint, not a log."""
+    head = text[:8192]
+    return bool(head) and len(_CONTROL.findall(head)) > 0.05 * len(head)
+
+
+def read_log(arg: str) -> str:
+    """A log named on the command line (a path, or ``-`` for stdin), its tail decoded; bad input raises
+    :class:`InputError` (missing, a directory, unreadable, binary)."""
+    if arg == "-":
+        text = read_log_tail(sys.stdin.buffer.read())
+    else:
+        if not os.path.exists(arg):
+            raise InputError(f"log not found: {arg}")
+        if os.path.isdir(arg):
+            raise InputError(f"log is a directory: {arg}")
+        try:
+            text = read_log_tail(arg)
+        except OSError as e:
+            raise InputError(f"cannot read log {arg}: {e.strerror or e}") from None
+    if looks_binary(text):
+        raise InputError(f"{'stdin' if arg == '-' else arg} is binary, not a text log")
+    return text
 
 
 def _context_category(lines: list[str], i: int, cat: str) -> str:
@@ -301,10 +339,15 @@ def _classification(lines: list[str], first: tuple[int, Rule] | None, exit_code:
                              if seq < 50 else f" SeqNum {seq} is mid-training: one rank stopped issuing collectives "
                              "(hang, straggler or a dead link); raising ddp_timeout alone rarely helps.")
     pb, auto, summ = CATEGORIES[cat]
+    if cat == "bitsandbytes_unavailable" and NOT_INSTALLED.search("\n".join(lines[max(0, i - 3):i + 4])):
+        details["not_installed"] = True
+        summ = ("bitsandbytes is not installed in this environment, and QLoRA (`quantization_bit`) needs it. Fall "
+                "back from QLoRA to 16-bit LoRA, or install bitsandbytes (>= 0.49 ships ROCm binaries).")
     if cat == "nccl_rccl_timeout" and details.get("seq_num", 0) >= 50:
         pb, auto = None, False
     ev_idx = [i] + [j for j in range(i + 1, min(len(lines), i + 6))
-                    if lines[j].strip() and not NOISE.search(lines[j]) and not _is_source_line(lines, j)][:3]
+                    if lines[j].strip() and not NOISE.search(lines[j]) and not PROGRESS.search(lines[j])
+                    and not _is_source_line(lines, j)][:3]
     evidence = [lines[j].strip()[:500] for j in ev_idx]
     return Classification(cat, pb, auto, evidence, summ + summary_extra, line_no=i + 1, details=details)
 

@@ -19,7 +19,9 @@ class InputError(Exception):
     """Bad user input: printed as one line, exit code 2."""
 
 
-def _yaml():
+def yaml_rt():
+    """ruamel's round-trip loader/dumper as every config read and write here uses it (quotes kept,
+    no line folding)."""
     from ruamel.yaml import YAML
 
     y = YAML(typ="rt")
@@ -68,7 +70,7 @@ def load_config(path: str | Path) -> tuple[Any, str]:
     from ruamel.yaml.error import YAMLError
 
     try:
-        data = _yaml().load(text)
+        data = yaml_rt().load(text)
     except YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark else ""
@@ -105,5 +107,10 @@ def to_plain(obj: Any) -> Any:
 
 def dump_config(data: Any) -> str:
     buf = io.StringIO()
-    _yaml().dump(data, buf)
+    yaml_rt().dump(data, buf)
     return buf.getvalue()
+
+
+def clone(cm: Any) -> Any:
+    """A deep copy of a round-trip mapping, comments included (what a playbook trial edits)."""
+    return yaml_rt().load(dump_config(cm))

@@ -1,7 +1,9 @@
 """What a run examines: the config (if any), the environment, and the probe results.
 
 Checks read from a :class:`Context`; they never read ``os.environ`` or the file system around the
-config directly, so tests can hand them a prepared context.
+config directly, so tests can hand them a prepared context. Data that several checks share (the
+machine's facts, LLaMA-Factory's schema, the model's config.json) is reached through memoised accessors,
+never through the order the checks run in.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from doctor import lfschema, machine
 from doctor.config import load_config, to_plain
 from doctor.worker import ProbeResult
 
@@ -73,6 +76,31 @@ class Context:
         if "model_config" not in self.facts:
             self.facts["model_config"] = read_model_config(self.cfg("model_name_or_path"), self.cwd)
         return self.facts["model_config"]
+
+    def system(self) -> dict[str, Any]:
+        """The machine's facts (GPU inventory, ROCm version, device files), read once per run; tests may
+        pre-seed ``facts["system"]`` with recorded data. ``--quick`` skips the amdsmi library (it needs
+        an extra interpreter)."""
+        if "system" not in self.facts:
+            self.facts["system"] = machine.gather(self.env, use_library=not self.options.quick)
+        return self.facts["system"]
+
+    def lf_schema(self) -> tuple[dict[str, Any] | None, str]:
+        """LLaMA-Factory's schema (fields, dependency pins, templates) and where it came from: the live
+        one when the ``lf_schema`` probe ran (it also refreshes the user cache), else the cached or bundled
+        one for the installed version."""
+        if "lf_schema" not in self.facts:
+            res = self.probes.get("lf_schema")
+            if res is not None and res.ok:
+                schema, src = res.data, f"llamafactory {res.data.get('llamafactory')}"
+                lfschema.save_cache(schema)
+            else:
+                libs = self.probes.get("libs")
+                version = (libs.data or {}).get("llamafactory") if libs is not None and libs.ok else \
+                    lfschema.installed_version(self.python)
+                schema, src = lfschema.load(version)
+            self.facts["lf_schema"] = (schema, src)
+        return self.facts["lf_schema"]
 
 
 def resolve_path(value: str, cwd: Path) -> Path:

@@ -1,8 +1,12 @@
-"""The finding model: what every check returns.
+"""The finding model: what every check returns, and the documented ids it is made from.
 
-A finding is data, not text: a stable id (documented in :mod:`doctor.codes`), a severity, a
-title, the detail, a hint, the playbook that would fix it, and the evidence that led to it.
-Renderers (rich, JSON, Markdown), ``fix`` and ``train`` all consume the same objects.
+A finding is data, not text: a stable id, a severity, a title, the detail, a hint, the playbook that
+would fix it, and the evidence that led to it. Renderers (rich, JSON, Markdown), ``fix`` and ``train``
+all consume the same objects.
+
+Ids are :class:`Code` objects declared beside the check that emits them (ruff keeps a rule's docs on
+the rule): a check builds its findings with ``CODE.finding(...)``, so severity, hint and playbook come
+from the documented entry and a check cannot emit an id the docs do not describe.
 """
 
 from __future__ import annotations
@@ -26,15 +30,21 @@ class Severity(str, enum.Enum):
 
     @property
     def symbol(self) -> str:
-        return {"error": "✗", "warning": "!", "info": "i", "ok": "✓"}[self.value]
+        return _SYMBOL[self]
+
+    @property
+    def blocking(self) -> bool:
+        """Error or warning: what a user must read (details and the fix are shown)."""
+        return self in (Severity.ERROR, Severity.WARNING)
 
 
 _RANK = {Severity.ERROR: 0, Severity.WARNING: 1, Severity.INFO: 2, Severity.OK: 3}
+_SYMBOL = {Severity.ERROR: "✗", Severity.WARNING: "!", Severity.INFO: "i", Severity.OK: "✓"}
 
 
 @dataclass
 class Finding:
-    """One diagnosis. ``id`` must be registered in :data:`doctor.codes.CODES`."""
+    """One diagnosis. ``autofix`` (from its :class:`Code`) is not part of the JSON schema."""
 
     id: str
     check: str
@@ -44,6 +54,11 @@ class Finding:
     hint: str = ""
     playbook: str | None = None
     evidence: dict[str, Any] = field(default_factory=dict)
+    autofix: bool = False
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity is Severity.ERROR
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,29 +86,50 @@ class Finding:
         )
 
 
-def make(code: str, check: str, title: str, detail: str = "", hint: str = "", *,
-         severity: Severity | None = None, playbook: str | None = None,
-         **evidence: Any) -> Finding:
-    """Build a finding whose default severity and playbook come from the code registry.
+@dataclass(frozen=True)
+class Code:
+    """A documented finding id: what it means, why it matters, how it is fixed, whether the fix is safe
+    to apply without asking. ``<AREA>000`` is the area's all-good summary."""
 
-    Keeping severity and playbook in the registry makes the documentation the source of truth:
-    a check cannot silently emit an id with a severity the docs do not describe.
-    """
-    from doctor.codes import CODES
+    area: str
+    id: str
+    severity: Severity
+    title: str
+    why: str
+    fix: str
+    playbook: str | None = None
+    autofix: bool = False
 
-    doc = CODES[code]
-    return Finding(
-        id=code,
-        check=check,
-        severity=severity or doc.severity,
-        title=title,
-        detail=detail,
-        hint=hint or doc.fix_short,
-        playbook=(playbook or None) if playbook is not None else doc.playbook,  # "" = explicitly none
-        evidence=evidence,
-    )
+    @property
+    def fix_short(self) -> str:
+        return self.fix.split("\n")[0]
+
+    def finding(self, title: str, detail: str = "", hint: str = "", *, severity: Severity | None = None,
+                playbook: str | None = None, check: str | None = None, **evidence: Any) -> Finding:
+        """A finding of this id. ``playbook=""`` says explicitly "no playbook" for this instance (an
+        info-level variant of a fixable id); ``check`` names the area it was found in when that is not
+        the id's own (a DOC00x probe failure inside the torch area)."""
+        pb = self.playbook if playbook is None else (playbook or None)
+        return Finding(id=self.id, check=check or self.area, severity=severity or self.severity, title=title,
+                       detail=detail, hint=hint or self.fix_short, playbook=pb, evidence=evidence,
+                       autofix=self.autofix and pb == self.playbook)
+
+
+def with_all_good(out: list[Finding], ok: Code, title: str, detail: str = "", *, tolerate_warnings: bool = False,
+                  **evidence: Any) -> list[Finding]:
+    """Append the area's ``<AREA>000`` line when nothing above info was found (Django's "no messages
+    means healthy", said out loud so a user sees what was checked). ``tolerate_warnings``: the area is
+    good unless it has an error (the config is accepted even when it earns warnings)."""
+    bad = (lambda f: f.is_error) if tolerate_warnings else (lambda f: f.severity.blocking)
+    if not any(bad(f) for f in out):
+        out.append(ok.finding(title, detail, **evidence))
+    return out
 
 
 def worst(findings: list[Finding]) -> Severity:
     """The most severe severity among findings (OK when empty)."""
     return min((f.severity for f in findings), key=lambda s: s.rank, default=Severity.OK)
+
+
+def has_errors(findings: list[Finding]) -> bool:
+    return any(f.is_error for f in findings)

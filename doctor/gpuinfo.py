@@ -344,7 +344,7 @@ def kfd_archs(root: str | Path = "/") -> list[str]:
 
 # ------------------------------------------------------------------ orchestration
 
-def _run_json(cmd: list[str]) -> Any:
+def run_json(cmd: list[str]) -> Any:
     exe = shutil.which(cmd[0])
     if not exe:
         raise FileNotFoundError(cmd[0])
@@ -463,13 +463,13 @@ def inventory(root: str | Path = "/", env: dict[str, str] | None = None,
                 notes.append(f"amdsmi: {e}")
     # 1. amd-smi CLI
     try:
-        static = _run_json(["amd-smi", "static", "--asic", "--vram", "--driver", "--bus", "--json"])
+        static = run_json(["amd-smi", "static", "--asic", "--vram", "--driver", "--bus", "--json"])
         try:
-            metric = _run_json(["amd-smi", "metric", "--usage", "--mem-usage", "--json"])
+            metric = run_json(["amd-smi", "metric", "--usage", "--mem-usage", "--json"])
         except Exception as e:  # metrics can be unsupported in VMs
             metric, _ = None, notes.append(f"amd-smi metric: {e}")
         try:
-            enum = _run_json(["amd-smi", "list", "-e", "--json"])
+            enum = run_json(["amd-smi", "list", "-e", "--json"])
         except Exception:
             enum = None
         gpus = parse_amd_smi(static, metric, enum)
@@ -481,7 +481,7 @@ def inventory(root: str | Path = "/", env: dict[str, str] | None = None,
         notes.append(f"amd-smi: {e}")
     # 2. rocm-smi
     try:
-        gpus = parse_rocm_smi(_run_json(["rocm-smi", "--showproductname", "--showuse",
+        gpus = parse_rocm_smi(run_json(["rocm-smi", "--showproductname", "--showuse",
                                          "--showmeminfo", "vram", "--json"]))
         if gpus:
             return gpus, notes

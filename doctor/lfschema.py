@@ -1,42 +1,47 @@
-"""Cached schemas of LLaMA-Factory's training arguments, keyed by its version.
+"""What LLaMA-Factory accepts: cached schemas of its training arguments, keyed by its version, and
+the story behind keys people copy from guides.
 
-``check --quick`` and machines without llamafactory lint against these. The bundled one for
-0.9.5 is generated from the real dataclasses (``python -m doctor.lfschema``); a full ``check``
-refreshes the user cache for whatever version is installed.
+``check --quick`` and machines without llamafactory lint against the schemas. The bundled one for
+0.9.5 is generated from the real dataclasses (``python scripts/regen_lf_schema.py``); a full
+``check`` refreshes the user cache for whatever version is installed.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
+
+from doctor.cache import cache_dir
+from doctor.stack import package_versions
 
 BUNDLED_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_VERSION = "0.9.5"
 
+# Keys people copy from guides or older versions, with the real story: (rename target or None, note).
+KEY_NOTES: dict[str, tuple[str | None, str]] = {
+    "device_map": (None, "LLaMA-Factory derives device_map itself ({'': current device}) for training; "
+                         "do not specify it. Multi-GPU goes through torchrun (llamafactory-cli does it), not device_map."),
+    "evaluation_strategy": ("eval_strategy", "renamed to `eval_strategy` in transformers (the old name was removed)."),
+    "disable_flash_attn": (None, "no such option in LLaMA-Factory; use `flash_attn: disabled` (or sdpa)."),
+    "use_flash_attention_2": (None, "not a LLaMA-Factory key; use `flash_attn: fa2`."),
+    "attn_implementation": (None, "not a LLaMA-Factory key; use `flash_attn: auto|sdpa|fa2|disabled`."),
+    "load_in_4bit": (None, "not a LLaMA-Factory key; use `quantization_bit: 4`."),
+    "load_in_8bit": (None, "not a LLaMA-Factory key; use `quantization_bit: 8`."),
+    "max_length": ("cutoff_len", "LLaMA-Factory calls the sequence length `cutoff_len`."),
+    "max_seq_length": ("cutoff_len", "LLaMA-Factory calls the sequence length `cutoff_len`."),
+    "torch_dtype": (None, "not a training key; precision is `bf16: true` / `fp16: true`."),
+    "lora_r": ("lora_rank", "LLaMA-Factory calls it `lora_rank`."),
+    "lora_target_modules": ("lora_target", "LLaMA-Factory calls it `lora_target`."),
+    "model_name": ("model_name_or_path", "LLaMA-Factory calls it `model_name_or_path`."),
+}
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("ROCM_DOCTOR_CACHE") or Path.home() / ".cache" / "rocm-doctor")
+RENAMES: dict[str, str] = {k: v[0] for k, v in KEY_NOTES.items() if v[0]}
 
 
-def installed_version(python: str, quick: bool = False) -> str | None:
+def installed_version(python: str) -> str | None:
     """llamafactory's version in the examined Python, from metadata (no import)."""
-    if os.path.realpath(python) == os.path.realpath(sys.executable):
-        import importlib.metadata as md
-
-        try:
-            return md.version("llamafactory")
-        except md.PackageNotFoundError:
-            return None
-    try:
-        p = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('llamafactory'))"],
-                           capture_output=True, text=True, timeout=10)
-        return p.stdout.strip() or None if p.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired):
-        return None
+    return package_versions(python, ("llamafactory",)).get("llamafactory")
 
 
 def load(version: str | None) -> tuple[dict[str, Any] | None, str]:
@@ -68,11 +73,7 @@ def save_cache(schema: dict[str, Any]) -> None:
         pass  # a read-only home must not fail a check
 
 
-if __name__ == "__main__":  # regenerate the bundled schema from the installed llamafactory
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from checks.lf_probes import probe_lf_schema
-
-    s = probe_lf_schema()
-    out = BUNDLED_DIR / f"lf-schema-{s['llamafactory']}.json"
-    out.write_text(json.dumps(s, sort_keys=True, indent=0), encoding="utf-8")
-    print(out)
+def known_fields(version: str | None = DEFAULT_VERSION) -> set[str] | None:
+    """The training-argument names of a schema (the bundled one by default); None when none is known."""
+    schema, _ = load(version)
+    return set((schema or {}).get("fields", {})) or None

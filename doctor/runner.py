@@ -1,73 +1,83 @@
-"""One registry of checks, and the runner that executes them.
+"""The runner: which checks exist, which run, their probes, and the run itself.
 
-A check is a small function ``(ctx) -> list[Finding]`` registered with :func:`check`. It may
-declare the probes it needs (functions run in the isolated worker); the runner collects the probes
-of all selected checks, runs each probe group once (one torch import per group, groups in
+The built-in checks are an explicit list of modules (:data:`CHECK_MODULES`, Flutter's provider list):
+importing them has no side effect, the runner collects the functions marked with
+:func:`doctor.registry.check`. Plugins are more modules of the same kind, named in
+``ROCM_DOCTOR_PLUGINS``. The runner plans the probes of the selected checks and of the areas they
+``need``, runs each probe group once in its own isolated worker (one torch import per group, groups in
 parallel), then runs the checks. A check that raises becomes a ``DOC001`` finding.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 import threading
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from functools import lru_cache
+from types import ModuleType
 
 from doctor.context import Context
-from doctor.findings import Finding, make
+from doctor.findings import Finding
+from doctor.registry import DOC001, CheckDef, crash
+from doctor.registry import check as check  # re-exported: plugins register with ``doctor.runner.check``
+from doctor.stack import DIST_VARS
 from doctor.worker import ProbeResult, ProbeSpec, run_probes
 
-CheckFunc = Callable[[Context], list[Finding]]
-ProbeFunc = Callable[[Context], list[ProbeSpec]]
+# in the order areas are shown; a module declares its area's Code objects in CODES and may hold no check
+# (``checks.distributed`` is rank 0's verdict, run by ``check --distributed``)
+CHECK_MODULES: tuple[str, ...] = (
+    "doctor.registry",
+    "checks.torch",
+    "checks.config",
+    "checks.template",
+    "checks.bf16",
+    "checks.attention",
+    "checks.bitsandbytes",
+    "checks.gpus",
+    "checks.memory",
+    "checks.distributed",
+)
+
+Progress = Callable[[str], None]
 
 
-@dataclass
-class CheckDef:
-    name: str
-    area: str
-    func: CheckFunc
-    probes: ProbeFunc | None = None
-    needs_config: bool = False
-    quick: bool = False  # runs under --quick (no torch import)
-    order: int = 0
+@lru_cache(maxsize=1)
+def check_modules() -> tuple[ModuleType, ...]:
+    return tuple(importlib.import_module(m) for m in CHECK_MODULES)
 
 
-REGISTRY: list[CheckDef] = []
-_PLUGIN_ERRORS: dict[str, str] = {}
-
-
-def check(area: str, *, needs_config: bool = False, quick: bool = False,
-          probes: ProbeFunc | None = None, order: int = 50) -> Callable[[CheckFunc], CheckFunc]:
-    """Register a check function for an area (decorator)."""
-
-    def deco(func: CheckFunc) -> CheckFunc:
-        REGISTRY.append(CheckDef(func.__name__, area, func, probes, needs_config, quick, order))
-        return func
-
-    return deco
-
-
-def load_all() -> list[CheckDef]:
-    """Every registered check: the built-in ones, plus plugin modules named in ROCM_DOCTOR_PLUGINS
-    (comma-separated importable modules that register checks with :func:`check`)."""
-    import importlib
-    import os
-
-    import checks  # noqa: F401  (importing the package registers every check)
-
-    for mod in filter(None, (m.strip() for m in os.environ.get("ROCM_DOCTOR_PLUGINS", "").split(","))):
+def _plugin_modules() -> tuple[list[ModuleType], dict[str, str]]:
+    mods, errors = [], {}
+    for name in filter(None, (m.strip() for m in os.environ.get("ROCM_DOCTOR_PLUGINS", "").split(","))):
         try:
-            importlib.import_module(mod)
+            mods.append(importlib.import_module(name))
         except Exception as e:  # a broken plugin is a finding, not a crash
-            _PLUGIN_ERRORS[mod] = f"{type(e).__name__}: {e}"
+            errors[name] = f"{type(e).__name__}: {e}"
+    return mods, errors
 
-    return sorted(REGISTRY, key=lambda c: (c.order, c.area, c.name))
+
+def checks_of(module: ModuleType) -> list[CheckDef]:
+    return [obj.__check__ for obj in vars(module).values() if callable(obj) and hasattr(obj, "__check__")]
 
 
-def select(ctx: Context) -> list[CheckDef]:
+def areas() -> tuple[str, ...]:
+    """Every area, in display order (what ``--only`` accepts)."""
+    return tuple(dict.fromkeys(mod.AREA for mod in check_modules() if hasattr(mod, "AREA")))
+
+
+def load_all() -> tuple[list[CheckDef], dict[str, str]]:
+    """Every check, built-in and plugin, in run order; and the plugins that failed to load."""
+    plugins, errors = _plugin_modules()
+    defs = [d for mod in (*check_modules(), *plugins) for d in checks_of(mod)]
+    return sorted(defs, key=lambda c: (c.order, c.area, c.name)), errors
+
+
+def select(ctx: Context, defs: list[CheckDef] | None = None) -> list[CheckDef]:
     out = []
-    for c in load_all():
+    for c in load_all()[0] if defs is None else defs:
         if c.needs_config and ctx.config is None:
             continue
         if ctx.options.quick and not c.quick:
@@ -78,32 +88,34 @@ def select(ctx: Context) -> list[CheckDef]:
     return out
 
 
-def probe_failure(res: ProbeResult | None, check: str) -> list[Finding]:
-    """The generic finding for a probe that did not return data (crash, hang, import error)."""
-    if res is None or res.status == "not_run":
-        err = res.error if res else "probe did not run"
-        return [make("DOC005", check, "Examined Python could not run the probe", err,
-                     **(res.evidence() if res else {}))]
-    if res.status == "crashed":
-        return [make("DOC002", check, f"Probe `{res.name}` crashed the worker", res.error, **res.evidence())]
-    if res.status == "timeout":
-        return [make("DOC003", check, f"Probe `{res.name}` hung", res.error, **res.evidence())]
-    if res.status == "import_error":
-        return [make("DOC004", check, f"Probe `{res.name}` could not import", res.error, **res.evidence())]
-    if res.status == "error":
-        return [make("DOC001", check, f"Probe `{res.name}` raised", res.error, **res.evidence())]
-    return []
-
-
-DIST_VARS = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK",
-             "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT"}
+def plan(ctx: Context, selected: list[CheckDef], every: list[CheckDef]) -> tuple[list[ProbeSpec], list[Finding]]:
+    """The probes of the selected checks and of every area they need (transitively): ``--only bf16`` still
+    imports torch through the torch check's probe, whose result the bf16 verdict reads."""
+    by_area: dict[str, list[CheckDef]] = {}
+    for c in every:
+        by_area.setdefault(c.area, []).append(c)
+    todo, seen = list(selected), set()
+    specs: list[ProbeSpec] = []
+    failures: list[Finding] = []
+    while todo:
+        c = todo.pop(0)
+        if c.name in seen:
+            continue
+        seen.add(c.name)
+        for a in c.needs:
+            todo += by_area.get(a, [])
+        if c.probes is None or ctx.options.quick:  # --quick: no worker, no torch import
+            continue
+        try:
+            specs.extend(c.probes(ctx))
+        except Exception as e:
+            failures.append(crash(c.area, c.name, e, traceback.format_exc(limit=6), planning=True))
+    return specs, failures
 
 
 def _prefetch_facts(ctx: Context) -> None:
-    from doctor import system
-
     try:
-        system.facts(ctx)
+        ctx.system()
     except Exception:  # noqa: S110 - the checks call it again and report the crash as DOC001
         pass
 
@@ -151,25 +163,22 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
             ctx.probes.update(res)
 
 
-def run(ctx: Context, checks: list[CheckDef] | None = None) -> list[Finding]:
-    checks = select(ctx) if checks is None else checks
-    specs: list[ProbeSpec] = []
-    findings: list[Finding] = []
-    for c in checks:
-        if c.probes is None or ctx.options.quick:  # --quick: no worker, no torch import
-            continue
-        try:
-            specs.extend(c.probes(ctx))
-        except Exception as e:
-            findings.append(make("DOC001", c.name, f"Check `{c.name}` crashed while planning probes",
-                                 f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=6)))
-    for mod, err in _PLUGIN_ERRORS.items():
-        findings.append(make("DOC001", "doctor", f"Plugin `{mod}` failed to load", err))
+def run(ctx: Context, checks: list[CheckDef] | None = None, progress: Progress | None = None) -> list[Finding]:
+    """Plan, probe, judge: the findings of the selected checks (``checks`` overrides the selection)."""
+    every, plugin_errors = load_all()
+    selected = select(ctx, every) if checks is None else checks
+    specs, findings = plan(ctx, selected, every)
+    for mod, err in plugin_errors.items():
+        findings.append(DOC001.finding(f"Plugin `{mod}` failed to load", err, check="doctor"))
+    if specs and progress is not None:
+        names = ", ".join(dict.fromkeys(s.name for s in specs))
+        progress(f"probing in the examined Python ({names})")
     run_probe_specs(ctx, specs)
-    for c in checks:
+    for c in selected:
+        if progress is not None:
+            progress(f"judging {c.area}")
         try:
             findings.extend(c.func(ctx))
         except Exception as e:
-            findings.append(make("DOC001", c.area, f"Check `{c.name}` crashed",
-                                 f"{type(e).__name__}: {e}", traceback=traceback.format_exc(limit=6)))
+            findings.append(crash(c.area, c.name, e, traceback.format_exc(limit=6)))
     return findings

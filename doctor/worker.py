@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-PROJECT_ROOT = str(Path(__file__).resolve().parent.parent)
+from doctor.procs import kill_group, with_project_path
 
 
 @dataclass
@@ -85,14 +85,7 @@ def _tail(path: Path, n: int = 2000) -> str:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-    try:
-        proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
+    kill_group(proc, signal.SIGKILL, descendants=False)
 
 
 def run_probes(specs: list[ProbeSpec], python: str | None = None,
@@ -105,9 +98,7 @@ def run_probes(specs: list[ProbeSpec], python: str | None = None,
     python = python or sys.executable
     results: dict[str, ProbeResult] = {}
     pending = list(specs)
-    child_env = dict(env if env is not None else os.environ)
-    child_env["PYTHONPATH"] = PROJECT_ROOT + (os.pathsep + child_env["PYTHONPATH"]
-                                              if child_env.get("PYTHONPATH") else "")
+    child_env = with_project_path(env if env is not None else dict(os.environ))
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env["HF_HUB_OFFLINE"] = "1"  # a probe must never reach for the Hub
     child_env["TRANSFORMERS_OFFLINE"] = "1"

@@ -6,8 +6,9 @@ whether a retry may resume from a checkpoint after it, and its patch — declara
 handler in :mod:`playbooks.handlers` where the patch needs judgement. ``fix`` and ``train`` share
 this one engine.
 
-Patches edit ruamel's round-trip mapping in place, so the user's comments and key order survive;
-a removed key hands its trailing comment (often the next section's header) to the key before it.
+Patches edit ruamel's round-trip mapping in place (:mod:`playbooks.edits`), so the user's comments and
+key order survive. :func:`fix_findings` is what ``fix`` and ``train``'s preflight apply to a config's
+findings; ``train``'s retry policy picks playbooks by failure category (:func:`for_category`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from doctor.config import InputError
+from doctor.config import InputError, to_plain
+from doctor.findings import Finding, Severity
+from playbooks import handlers
+from playbooks.edits import Outcome, PatchInput, delete_key, rename_key, set_key, show
+
+__all__ = ["Outcome", "PatchInput", "Playbook", "FixResult", "catalog", "apply", "for_category", "for_finding",
+           "fix_findings", "delete_key", "set_key", "rename_key"]
 
 CATALOG = Path(__file__).resolve().parent / "catalog.yaml"
 _OPS = ("set", "set_at_least", "unset", "rename", "env")
@@ -39,30 +46,6 @@ class Playbook:
     source: str = "builtin"
 
 
-@dataclass
-class PatchInput:
-    """What a playbook may look at besides the config: why it is being applied, and the facts."""
-
-    findings: list[Any] = field(default_factory=list)      # doctor.findings.Finding that triggered it
-    classification: Any = None                            # doctor.classify.Classification
-    model_config: dict[str, Any] | None = None            # the model's config.json, when local
-    applied: list[str] = field(default_factory=list)      # playbooks applied on earlier attempts
-
-
-@dataclass
-class Outcome:
-    """Result of one playbook on one config: ``changed`` false means it did not apply."""
-
-    playbook: str
-    changes: list[str] = field(default_factory=list)
-    env: dict[str, str] = field(default_factory=dict)
-    stop: str | None = None   # the playbook found that no config change can fix this; say why
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.changes or self.env)
-
-
 # ------------------------------------------------------------------ catalog
 
 def _parse_entry(e: Any, source: str) -> Playbook:
@@ -76,8 +59,6 @@ def _parse_entry(e: Any, source: str) -> Playbook:
         raise InputError(f"playbook {pid} ({source}): each op must be one of {', '.join(_OPS)}")
     handler = e.get("handler")
     if handler is not None:
-        from playbooks import handlers
-
         if not callable(getattr(handlers, str(handler), None)):
             raise InputError(f"playbook {pid} ({source}): unknown handler {handler!r}")
     if not ops and not handler:
@@ -93,8 +74,6 @@ def _parse_entry(e: Any, source: str) -> Playbook:
 def _load_file(path: Path) -> list[Playbook]:
     from ruamel.yaml import YAML
     from ruamel.yaml.error import YAMLError
-
-    from doctor.config import to_plain
 
     try:
         data = to_plain(YAML(typ="rt").load(path.read_text(encoding="utf-8")))
@@ -130,74 +109,6 @@ def for_category(category: str, env: dict[str, str] | None = None) -> list[Playb
 
 def for_finding(finding_id: str, env: dict[str, str] | None = None) -> list[Playbook]:
     return [pb for pb in catalog(env).values() if finding_id in pb.findings]
-
-
-# ------------------------------------------------------------------ editing the round-trip mapping
-
-def delete_key(cm: Any, key: str) -> None:
-    """Remove ``key`` keeping the comment lines that followed it (e.g. the next section's header)."""
-    keys = list(cm)
-    if key not in cm:
-        return
-    i = keys.index(key)
-    tok = cm.ca.items.pop(key, None)
-    del cm[key]
-    post = tok[2] if tok and len(tok) > 2 else None
-    if post is None:
-        return
-    v = post.value
-    nl = v.find("\n")
-    rest = v[nl:] if nl >= 0 else ""  # drop the deleted key's own inline comment
-    if not rest.strip() and not (rest.count("\n") > 1 and i > 0):
-        return  # nothing below it to keep (a blank separator line is kept)
-    if i > 0:
-        from ruamel.yaml.tokens import CommentToken
-
-        prev = keys[i - 1]
-        ptok = cm.ca.items.setdefault(prev, [None, None, None, None])
-        if ptok[2] is None:
-            ptok[2] = CommentToken(rest, post.start_mark, None)
-        else:
-            ptok[2].value = ptok[2].value.rstrip("\n") + rest
-    elif len(cm):
-        lines = [ln.lstrip("# ").rstrip() for ln in rest.strip("\n").splitlines() if ln.strip()]
-        if lines:
-            cm.yaml_set_comment_before_after_key(next(iter(cm)), before="\n".join(lines))
-
-
-def set_key(cm: Any, key: str, value: Any, after: str | None = None) -> None:
-    """Set ``key``; a new key goes after ``after`` when given (else at the end)."""
-    if key in cm or after is None or after not in cm:
-        cm[key] = value
-        return
-    cm.insert(list(cm).index(after) + 1, key, value)
-
-
-def rename_key(cm: Any, old: str, new: str) -> None:
-    if old not in cm:
-        return
-    if new in cm:
-        delete_key(cm, old)
-        return
-    pos = list(cm).index(old)
-    tok = cm.ca.items.pop(old, None)
-    value = cm.pop(old)
-    cm.insert(pos, new, value)
-    if tok is not None:
-        cm.ca.items[new] = tok
-
-
-def show(key: str, v: Any) -> str:
-    """A value in a change list: ``fmt``, but never the value of a secret-named key (hf_hub_token ...)."""
-    from doctor.secrets import shown
-
-    return shown(key, v, fmt)
-
-
-def fmt(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return str(v)
 
 
 def _matches(cm: Any, when: dict[str, Any]) -> bool:
@@ -251,11 +162,51 @@ def apply(pb: Playbook, cm: Any, inp: PatchInput | None = None) -> Outcome:
     if pb.when and not _matches(cm, pb.when):
         return out
     if pb.handler:
-        from playbooks import handlers
-
         getattr(handlers, pb.handler)(cm, inp or PatchInput(), out)
     _run_ops(pb, cm, out)
     return out
+
+
+# ------------------------------------------------------------------ fixing a config's findings
+
+@dataclass
+class FixResult:
+    applied: list[dict[str, Any]] = field(default_factory=list)   # {playbook, findings, changes, env}
+    pending: list[dict[str, Any]] = field(default_factory=list)   # not auto: {playbook, findings}
+    stopped: list[dict[str, Any]] = field(default_factory=list)   # {playbook, reason}
+    remaining: list[Finding] = field(default_factory=list)        # error findings nothing fixed
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def fix_findings(cm: Any, findings: list[Finding], *, severities: tuple[str, ...] = ("error", "warning"),
+                 include: set[str] | frozenset[str] = frozenset(), model_config: dict[str, Any] | None = None,
+                 env: dict[str, str] | None = None) -> FixResult:
+    """Apply, in catalog order, each playbook that answers one of ``findings`` (edits ``cm``)."""
+    res = FixResult()
+    relevant = [f for f in findings if f.severity.value in severities and f.playbook]
+    fixed: set[int] = set()
+    for pb in catalog(env).values():
+        hits = [f for f in relevant if f.playbook == pb.id or f.id in pb.findings]
+        if not hits:
+            continue
+        if pb.id not in include:
+            asks = [f for f in hits if not (pb.auto and f.autofix)]
+            if asks:
+                res.pending.append({"playbook": pb.id, "findings": sorted({f.id for f in asks}), "title": pb.title})
+            hits = [f for f in hits if all(f is not a for a in asks)]
+            if not hits:
+                continue
+        ids = sorted({f.id for f in hits})
+        out = apply(pb, cm, PatchInput(findings=hits, model_config=model_config))
+        if out.stop:
+            res.stopped.append({"playbook": pb.id, "findings": ids, "reason": out.stop})
+            continue
+        if out.changed:
+            res.applied.append({"playbook": pb.id, "findings": ids, "changes": out.changes, "env": out.env})
+            res.env.update(out.env)
+            fixed.update(id(f) for f in hits)
+    res.remaining = [f for f in findings if f.severity is Severity.ERROR and id(f) not in fixed]
+    return res
 
 
 # ------------------------------------------------------------------ docs

@@ -1,8 +1,8 @@
 """Handlers for the playbooks whose patch needs judgement (see ``catalog.yaml``).
 
-A handler gets the round-trip mapping (edited in place), the :class:`~playbooks.PatchInput` (the
+A handler gets the round-trip mapping (edited in place), the :class:`~playbooks.edits.PatchInput` (the
 findings or classification that triggered it, the model's config.json, earlier playbooks) and the
-:class:`~playbooks.Outcome` to fill: ``changes`` (human-readable), ``env``, or ``stop`` when no config
+:class:`~playbooks.edits.Outcome` to fill: ``changes`` (human-readable), ``env``, or ``stop`` when no config
 change can help. Leaving ``changes`` empty means "does not apply here"; ``train`` then tries the next
 playbook for the category.
 """
@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from playbooks import Outcome, PatchInput, delete_key, fmt, rename_key, set_key, show
+from doctor.lfschema import RENAMES, known_fields
+from playbooks.edits import Outcome, PatchInput, delete_key, fmt, rename_key, set_key, show
 
 QUANT_KEYS = ("quantization_bit", "quantization_method", "quantization_type", "double_quantization",
               "quantization_device_map")
@@ -27,23 +28,14 @@ def _num(v: Any) -> float | None:
         return None
 
 
-def _known_fields() -> set[str] | None:
-    from doctor import lfschema
-
-    schema, _ = lfschema.load(lfschema.DEFAULT_VERSION)
-    return set((schema or {}).get("fields", {})) or None
-
-
 def drop_unknown_keys(cm: Any, inp: PatchInput, out: Outcome) -> None:
-    from checks.config_lint import RENAMES
-
     keys: list[str] = []
     for f in inp.findings:
         if getattr(f, "id", "") == "CFG001":
             keys += list(f.evidence.get("keys") or [])
     if inp.classification is not None:
         keys += list((inp.classification.details or {}).get("keys") or [])
-    fields = _known_fields()
+    fields = known_fields()
     if not keys and fields:
         keys = [k for k in cm if k not in fields]
     for k in dict.fromkeys(keys):

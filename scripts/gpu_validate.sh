@@ -74,7 +74,7 @@ EOF
 
   want model || { section "done"; exit 0; }
   section "tiny model"
-  step 120 "$PY" -m doctor.demo_build "$W" && cd "$W" || exit 1
+  step 120 "$PY" -m doctor.demo_model "$W" "${ROCM_DOCTOR_CACHE:-/nonexistent}/tokenizers/llama3" && cd "$W" || exit 1
   cat > lora-bf16.yaml <<'EOF'
 model_name_or_path: tiny-llama
 stage: sft

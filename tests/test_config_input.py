@@ -50,3 +50,21 @@ def test_bad_usage_exit_2():
     assert run_cli("check", "--only", "nonsense", "--quick").returncode == 2
     assert run_cli("frobnicate").returncode == 2
     assert run_cli("codes", "NOPE123").returncode == 2
+
+
+@pytest.mark.parametrize("python", ["/nonexistent/python3", "/"])
+def test_python_that_does_not_exist_is_a_usage_error(python):
+    """A typo in --python is exit 2 with one line, not TORCH001's advice to reinstall torch."""
+    for args in (["check", "--json", "--only", "torch"], ["report", "--quick", "-o", "/tmp/never-written.tar.gz"]):
+        r = run_cli(*args, "--python", python)
+        assert r.returncode == 2 and "--python" in r.stderr and not r.stdout, (r.stdout, r.stderr)
+        assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+
+
+def test_version_and_unknown_command():
+    r = run_cli("--version")
+    assert r.returncode == 0 and r.stdout.startswith("rocm-doctor ")
+    r = run_cli("chekc")
+    assert r.returncode == 2 and "did you mean 'check'" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli()
+    assert r.returncode == 2 and "check" in r.stderr  # the command list, on stderr

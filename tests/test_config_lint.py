@@ -28,7 +28,7 @@ def test_quick_example_flags_device_map_fast():
 
 
 def test_quick_does_not_import_torch(tmp_path):
-    code = ("import sys; from doctor.cli import run_check; "
+    code = ("import sys; from doctor.preflight import run_check; "
             f"run_check({str(EXAMPLE)!r}, quick=True); print('torch' in sys.modules)")
     import subprocess
     import sys
@@ -92,7 +92,7 @@ def test_overwrite_output_dir_with_checkpoints(tmp_path):
 
 
 def test_optim_torch_and_ddp_timeout_on_rocm_multi_gpu(tmp_path):
-    from checks.config_lint import lint
+    from checks.config import lint
     from doctor.context import Context, Options
 
     c = write_config(tmp_path / "c.yaml", model_name_or_path=str(tmp_path), template="llama3")
@@ -130,8 +130,8 @@ def test_full_lint_reports_llamafactory_validation(tmp_path, tiny_llama3):
 
 @stack
 def test_bundled_schema_matches_installed_llamafactory():
-    from checks.lf_probes import probe_lf_schema
     from doctor.lfschema import BUNDLED_DIR
+    from doctor.probes.llamafactory import probe_lf_schema
 
     live = probe_lf_schema()
     bundled = json.loads((BUNDLED_DIR / f"lf-schema-{live['llamafactory']}.json").read_text())

@@ -11,8 +11,9 @@ import time
 
 import pytest
 
+from checks.distributed import cluster_findings, collectives_from
 from doctor.config import InputError
-from doctor.distributed import cluster_findings, collectives_from, local_device_env, parse_sizes
+from doctor.distributed import local_device_env, parse_sizes
 from tests.conftest import ROOT, run_cli, stack, write_config, write_dataset
 
 MiB = 1024 * 1024

@@ -4,8 +4,10 @@ import json
 
 import pytest
 
-from checks import archs, gpu_health, gpus, memory_fit
-from tests.conftest import run_cli, shared_fixture, stack
+from checks import attention, bf16, bitsandbytes, gpus
+from checks import memory as memory_fit
+from doctor import archs
+from tests.conftest import fixture, run_cli, stack
 
 
 def ids(fs):
@@ -15,17 +17,17 @@ def ids(fs):
 # ---------------------------------------------------------------- BF16
 
 def test_bf16_on_gfx906_is_error_with_fix():
-    fs = gpu_health.judge_bf16({"device": "cuda", "n": 8192, "rel_err": 2e-3, "nonfinite": False, "tflops": 20.0,
+    fs = bf16.judge_bf16({"device": "cuda", "n": 8192, "rel_err": 2e-3, "nonfinite": False, "tflops": 20.0,
                                 "name": "AMD Instinct MI50"}, "gfx906", True)
     f = next(x for x in fs if x.id == "BF16001")
     assert f.severity.value == "error" and f.playbook == "bf16-to-fp16"
 
 
 def test_bf16_nan_and_slow():
-    fs = gpu_health.judge_bf16({"device": "cuda", "n": 8192, "rel_err": float("nan"), "nonfinite": True,
+    fs = bf16.judge_bf16({"device": "cuda", "n": 8192, "rel_err": float("nan"), "nonfinite": True,
                                 "tflops": 100.0, "name": "AMD Instinct MI300X", "blas": "Cublas"}, "gfx942", True)
     assert "BF16002" in ids(fs) and "BF16003" in ids(fs)  # 100 of 1307 TFLOP/s is a slow BLAS path
-    ok = gpu_health.judge_bf16({"device": "cuda", "n": 8192, "rel_err": 2e-3, "nonfinite": False,
+    ok = bf16.judge_bf16({"device": "cuda", "n": 8192, "rel_err": 2e-3, "nonfinite": False,
                                 "tflops": 786.0, "name": "NVIDIA H200"}, "sm_90", True)
     assert ids(ok) == ["BF16000"] and ok[0].evidence["fraction_of_peak"] == pytest.approx(0.794, abs=0.01)
 
@@ -39,23 +41,23 @@ ATT_OK = {"device": "cuda", "baseline_fwd": 0.0156, "shape": [2, 32, 8, 512, 128
 
 def test_attention_broken_fa2_is_error():
     data = dict(ATT_OK, flash_attn={"status": "error", "error": "ImportError: undefined symbol: _ZN3c104cuda9SetDeviceEi"})
-    fs = gpu_health.judge_attention(data, "fa2", 2048, {}, "gfx942", True)
+    fs = attention.judge_attention(data, "fa2", 2048, {}, "gfx942", True)
     f = next(x for x in fs if x.id == "ATTN001")
     assert f.playbook == "disable-flash-attn" and "undefined symbol" in f.detail
 
 
 def test_attention_wrong_backend_and_math_only():
     wrong = dict(ATT_OK, backends={"FLASH_ATTENTION": {"status": "wrong", "fwd_err": 3.0}, "MATH": {"status": "ok"}})
-    assert "ATTN002" in ids(gpu_health.judge_attention(wrong, "auto", 2048, {}, "gfx942", True))
+    assert "ATTN002" in ids(attention.judge_attention(wrong, "auto", 2048, {}, "gfx942", True))
     math_only = dict(ATT_OK, backends={"FLASH_ATTENTION": {"status": "unavailable"}, "MATH": {"status": "ok"}})
-    assert "ATTN003" in ids(gpu_health.judge_attention(math_only, "sdpa", 8192, {}, "gfx1030", True))
-    assert "ATTN003" not in ids(gpu_health.judge_attention(math_only, "sdpa", 1024, {}, "gfx1030", True))
+    assert "ATTN003" in ids(attention.judge_attention(math_only, "sdpa", 8192, {}, "gfx1030", True))
+    assert "ATTN003" not in ids(attention.judge_attention(math_only, "sdpa", 1024, {}, "gfx1030", True))
 
 
 def test_attention_env_values():
-    fs = gpu_health.judge_attention(ATT_OK, "fa2", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "1"}, "gfx1100", True)
+    fs = attention.judge_attention(ATT_OK, "fa2", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "1"}, "gfx1100", True)
     assert "ATTN004" in ids(fs) and "ATTN006" in ids(fs) and "ATTN005" in ids(fs)
-    fs2 = gpu_health.judge_attention(ATT_OK, "auto", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
+    fs2 = attention.judge_attention(ATT_OK, "auto", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
                                                             "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"},
                                      "gfx1100", True)
     assert ids(fs2) == ["ATTN000"]
@@ -66,30 +68,30 @@ def test_what_llamafactory_will_use_is_judged_not_the_yaml_value():
                   flash_attn_version="2.8.3", flash_attn_backend="ck")
     # Gemma-2 with `auto`: LLaMA-Factory switches to FA2 by itself when transformers' gate passes
     gemma = {"model_type": "gemma2", "fa2_gate": True, "with_fa2": "flash_attention_2", "without_fa2": "eager"}
-    f = next(x for x in gpu_health.judge_attention(broken, "auto", 2048, {}, "gfx942", True, gemma) if x.id == "ATTN001")
+    f = next(x for x in attention.judge_attention(broken, "auto", 2048, {}, "gfx942", True, gemma) if x.id == "ATTN001")
     assert "picks FlashAttention-2" in f.title and "(ck)" in f.title
     # the same broken build is harmless where LLaMA-Factory uses SDPA (llama, auto)
     llama = {"model_type": "llama", "fa2_gate": True, "with_fa2": "default", "without_fa2": "default",
              "supports_sdpa": True}
-    fs = gpu_health.judge_attention(broken, "auto", 2048, {}, "gfx942", True, llama)
+    fs = attention.judge_attention(broken, "auto", 2048, {}, "gfx942", True, llama)
     assert ids(fs) == ["ATTN000"] and "will use sdpa (transformers' default)" in fs[0].title
     # explicit disabled: eager; a wrong SDPA kernel does not matter then
     eager = {"model_type": "llama", "fa2_gate": False, "with_fa2": "eager", "without_fa2": "eager"}
     wrong = dict(ATT_OK, backends={"FLASH_ATTENTION": {"status": "wrong", "fwd_err": 3.0}, "MATH": {"status": "ok"}})
-    fs = gpu_health.judge_attention(wrong, "disabled", 2048, {}, "gfx942", True, eager)
+    fs = attention.judge_attention(wrong, "disabled", 2048, {}, "gfx942", True, eager)
     assert ids(fs) == ["ATTN000"] and "will use eager" in fs[0].title
     # fa2 asked, gate fails on the installed version: info naming what is used instead
     old = dict(ATT_OK, flash_attn={"status": "ok"}, flash_attn_version="2.0.4")
     gate = {"model_type": "llama", "fa2_gate": False, "with_fa2": "flash_attention_2", "without_fa2": "default",
             "supports_sdpa": True}
-    f = next(x for x in gpu_health.judge_attention(old, "fa2", 2048, {}, "gfx942", True, gate) if x.id == "ATTN005")
+    f = next(x for x in attention.judge_attention(old, "fa2", 2048, {}, "gfx942", True, gate) if x.id == "ATTN005")
     assert "will not use" in f.title and "uses sdpa instead" in f.detail
 
 
 def test_ck_build_without_the_arch_says_why_and_what_to_do():
     data = dict(ATT_OK, flash_attn={"status": "error", "error": "RuntimeError: HIP error: invalid device function"},
                 flash_attn_version="2.8.3", flash_attn_backend="ck")
-    f = next(x for x in gpu_health.judge_attention(data, "fa2", 2048, {}, "gfx1100", True, head_dim=512)
+    f = next(x for x in attention.judge_attention(data, "fa2", 2048, {}, "gfx1100", True, head_dim=512)
              if x.id == "ATTN001")
     assert "built for gfx90a, gfx942, gfx950, not gfx1100" in f.detail
     assert "FLASH_ATTENTION_TRITON_AMD_ENABLE=TRUE" in f.detail and "head_dim ≤ 256" in f.detail
@@ -107,7 +109,7 @@ def test_ck_build_without_the_arch_says_why_and_what_to_do():
     ("sdpa", "youtu", "eager", "eager"),
 ])
 def test_attention_choice_comes_from_llamafactory_itself(flash, model_type, with_fa2, without_fa2):
-    from checks.lf_probes import probe_attn_choice
+    from doctor.probes.llamafactory import probe_attn_choice
 
     got = probe_attn_choice(flash, model_type, ["LlamaForCausalLM"])
     assert (got["with_fa2"], got["without_fa2"]) == (with_fa2, without_fa2)
@@ -138,28 +140,28 @@ def test_fa3_is_caught_before_the_run_and_fixed(tmp_path):
 def test_bnb_mock_library_with_qlora_is_error():
     data = {"installed": True, "version": "0.48.0", "lib_mock": True, "lib_class": "ErrorHandlerMockBNBNativeLibrary",
             "backend": "ROCm", "device": "cuda", "compiled_with_cuda": False}
-    f = gpu_health.judge_bnb(data, 4, "bnb", None, "6.2.41134")
+    f = bitsandbytes.judge_bnb(data, 4, "bnb", None, "6.2.41134")
     assert ids(f) == ["BNB001"] and f[0].playbook == "qlora-to-lora"
-    assert ids(gpu_health.judge_bnb(data, None, "bnb", None, "6.2.41134")) == ["BNB002"]
+    assert ids(bitsandbytes.judge_bnb(data, None, "bnb", None, "6.2.41134")) == ["BNB002"]
 
 
 def test_bnb_wrong_nf4_and_prequantized_and_version():
     data = {"installed": True, "version": "0.49.0", "device": "cuda", "compiled_with_cuda": True,
             "nf4_rel_err": 0.9, "linear4bit_rel_err": 0.5, "lib_path": "/x/libbitsandbytes_rocm63.so"}
-    f = gpu_health.judge_bnb(data, 4, "bnb", {"quantization_config": {"quant_method": "bitsandbytes"}}, "6.2.41134")
+    f = bitsandbytes.judge_bnb(data, 4, "bnb", {"quantization_config": {"quant_method": "bitsandbytes"}}, "6.2.41134")
     assert {"BNB004", "BNB003", "BNB005"} <= set(ids(f))
 
 
 def test_bnb_h200_recorded_numbers_are_healthy():
-    text = shared_fixture("nvidia/h200-torch-probe.txt").read_text()
+    text = fixture("nvidia/h200-torch-probe.txt").read_text()
     rel = float(text.split("bnb nf4 roundtrip rel err ")[1].split()[0])
     data = {"installed": True, "version": "0.50.2", "device": "cuda", "compiled_with_cuda": True,
             "nf4_rel_err": rel, "linear4bit_rel_err": 0.004, "linear4bit_finite": True}
-    assert ids(gpu_health.judge_bnb(data, 4, "bnb", None, None)) == ["BNB000"]
+    assert ids(bitsandbytes.judge_bnb(data, 4, "bnb", None, None)) == ["BNB000"]
 
 
 def test_qlora_on_cpu_without_bnb():
-    assert ids(gpu_health.judge_bnb({"installed": False}, 4, "bnb", None, None)) == ["BNB001"]
+    assert ids(bitsandbytes.judge_bnb({"installed": False}, 4, "bnb", None, None)) == ["BNB001"]
 
 
 # ---------------------------------------------------------------- GPUs and memory
@@ -204,7 +206,7 @@ def test_real_probes_on_cpu():
 
 def test_injected_nan_probe_becomes_finding():
     data = {"device": "cpu", "n": 256, "rel_err": float("nan"), "nonfinite": True, "tflops": 0.1}
-    assert "BF16002" in ids(gpu_health.judge_bf16(data, None, True))
+    assert "BF16002" in ids(bf16.judge_bf16(data, None, True))
 
 
 @pytest.mark.gpu
@@ -216,7 +218,7 @@ def test_gpu_probes_for_real():
 
 def test_mixed_precision_without_gpu_is_an_error():
     cpu = {"device": "cpu", "n": 256, "rel_err": 1e-3, "tflops": 0.1}
-    gh = gpu_health
+    gh = bf16
     out = gh.judge_bf16(cpu, None, True, "bf16")
     assert [f.id for f in out] == ["BF16005"] and "use_cpu" in out[0].detail
     assert [f.id for f in gh.judge_bf16(cpu, None, False, "fp16")] == ["BF16005"]

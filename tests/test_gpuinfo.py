@@ -8,11 +8,11 @@ import stat
 import pytest
 
 from doctor import gpuinfo
-from tests.conftest import shared_fixture
+from tests.conftest import fixture
 
 
 def test_rocm_smi_rx7900xt_bytes_to_mib():
-    g = gpuinfo.parse_rocm_smi(json.loads(shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json").read_text()))
+    g = gpuinfo.parse_rocm_smi(json.loads(fixture("rocm-smi/rx7900xt-productname-use-meminfo.json").read_text()))
     assert len(g) == 1
     assert g[0].name == "Radeon RX 7900 XT" and g[0].arch == "gfx1100"
     assert g[0].vram_total_mib == round(21458059264 / 2**20, 1) and g[0].vram_used_mib == round(27856896 / 2**20, 1)
@@ -20,12 +20,12 @@ def test_rocm_smi_rx7900xt_bytes_to_mib():
 
 
 def test_rocm_smi_memuse_only_and_na():
-    g = gpuinfo.parse_rocm_smi(json.loads(shared_fixture("rocm-smi/2x-rx6800-memuse-rocm-smi-1.4.1.json").read_text()))
+    g = gpuinfo.parse_rocm_smi(json.loads(fixture("rocm-smi/2x-rx6800-memuse-rocm-smi-1.4.1.json").read_text()))
     assert [x.index for x in g] == [0, 1] and all(x.vram_total_mib is None for x in g)
 
 
 def test_rocm_smi_gfx_version_bug_fragment():
-    frag = shared_fixture("rocm-smi/mi250-all-fragment-rocm-6.2.4.txt").read_text().strip()
+    frag = fixture("rocm-smi/mi250-all-fragment-rocm-6.2.4.txt").read_text().strip()
     payload = json.loads('{"card0": {' + frag)  # the fixture is the tail of one card object + "system"
     g = gpuinfo.parse_rocm_smi(payload)
     assert g[0].arch == "gfx90a" and "MI250" in g[0].name
@@ -40,8 +40,8 @@ def test_normalize_gfx():
 
 
 def test_amd_smi_both_envelopes():
-    static = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json").read_text())
-    metric = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json").read_text())
+    static = json.loads(fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json").read_text())
+    metric = json.loads(fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json").read_text())
     g = gpuinfo.parse_amd_smi(static, metric)
     assert len(g) == 1 and g[0].name == "AMD Instinct MI300X" and g[0].arch == "gfx942"
     assert g[0].vram_total_mib == 196592 and g[0].vram_used_mib == 283 and g[0].util_pct == 0
@@ -61,7 +61,7 @@ def test_amd_smi_hip_index_mapping_and_na_sections():
 
 
 def test_nvidia_smi_csv_h200():
-    text = shared_fixture("nvidia/h200-nvidia-smi.txt").read_text()
+    text = fixture("nvidia/h200-nvidia-smi.txt").read_text()
     csv = "\n".join(line for line in text.splitlines() if line[:1].isdigit())
     g = gpuinfo.parse_nvidia_smi_csv(csv)
     assert len(g) == 1 and g[0].name == "NVIDIA H200" and g[0].vram_total_mib == 143771 and g[0].util_pct == 0
@@ -101,7 +101,7 @@ def test_inventory_falls_back_from_failing_amd_smi_to_rocm_smi(tmp_path, monkeyp
     bindir = tmp_path / "bin"
     bindir.mkdir()
     _fake_tool(bindir, "amd-smi", rc=1, stderr="amdsmi init failed")
-    _fake_tool(bindir, "rocm-smi", shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
+    _fake_tool(bindir, "rocm-smi", fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
                stderr="WARNING: something on stderr")
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
     gpus, notes = gpuinfo.inventory(root=tmp_path)
@@ -113,8 +113,8 @@ def test_inventory_amd_smi_with_stderr_warnings(tmp_path, monkeypatch):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     script = bindir / "amd-smi"
-    static = shared_fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json")
-    metric = shared_fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json")
+    static = fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json")
+    metric = fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json")
     script.write_text(f"""#!/bin/sh
 echo "SyntaxWarning: invalid escape sequence" >&2
 case "$1" in static) cat '{static}';; metric) cat '{metric}';; *) exit 2;; esac
@@ -135,8 +135,8 @@ def _fake_amdsmi(tmp_path, body: str):
 def _amdsmi_from_fixture() -> str:
     """A stand-in for the amdsmi library (no AMD GPU here) answering with the recorded MI300X values, in the
     shapes the library returns (VRAM usage in MiB, activity in %, N/A strings)."""
-    static = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json").read_text())
-    metric = json.loads(shared_fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json").read_text())
+    static = json.loads(fixture("amd-smi/CONSTRUCTED-mi300x-static-asic-vram-wrapped.json").read_text())
+    metric = json.loads(fixture("amd-smi/CONSTRUCTED-mi300x-metric-usage-memusage-list.json").read_text())
     asic = static["gpu_data"][0]["asic"]
     mem = metric[0]["mem_usage"]
     return f"""
@@ -178,7 +178,7 @@ def test_broken_amdsmi_library_falls_back(tmp_path, monkeypatch, body):
     monkeypatch.syspath_prepend(str(site))
     bindir = tmp_path / "bin"
     bindir.mkdir()
-    _fake_tool(bindir, "rocm-smi", shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"))
+    _fake_tool(bindir, "rocm-smi", fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"))
     env = dict(os.environ, PYTHONPATH=str(site))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
     gpus, notes = gpuinfo.inventory(root=tmp_path, env=env)
@@ -190,7 +190,6 @@ def test_inventory_is_read_before_our_device_worker_touches_a_gpu(tmp_path, monk
     """The doctor's own probe worker holds GPU memory (0.6 GiB on the H200) while it runs. The
     inventory must see the GPUs as they were before it, or the doctor calls the GPU "already busy"
     (GPU002). A fake nvidia-smi reports memory in use once the worker has started."""
-    from doctor import system
     from doctor.context import Context, Options
     from doctor.runner import run_probe_specs
     from doctor.worker import ProbeSpec
@@ -208,11 +207,11 @@ def test_inventory_is_read_before_our_device_worker_touches_a_gpu(tmp_path, monk
     ctx.facts.pop("system", None)
     run_probe_specs(ctx, [ProbeSpec("t_touch", "tests.faulty_probes", "touch", {"path": str(marker)})])
     assert ctx.probes["t_touch"].ok and marker.exists()
-    g = system.facts(ctx)["gpus"][0]
+    g = ctx.system()["gpus"][0]
     assert g["source"] == "nvidia-smi" and g["vram_used_mib"] == 0
     from checks import gpus as gpus_check
 
-    assert "GPU002" not in [f.id for f in gpus_check.judge(system.facts(ctx)["gpus"], 1, {})]
+    assert "GPU002" not in [f.id for f in gpus_check.judge(ctx.system()["gpus"], 1, {})]
 
 
 class _Mem:
@@ -252,7 +251,7 @@ def _fake_pynvml(v2: bool):
 def test_nvml_used_memory_excludes_the_drivers_reserved_memory(monkeypatch):
     import sys
 
-    from checks import memory_fit
+    from checks import memory as memory_fit
 
     monkeypatch.setitem(sys.modules, "pynvml", _fake_pynvml(v2=True))
     g = gpuinfo.query_nvml()[0]
@@ -278,7 +277,7 @@ def test_check_black_box_with_recorded_rocm_smi_on_path(tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     _fake_tool(bindir, "amd-smi", rc=1, stderr="ERROR:root:Unable to load libamd_smi.so")
-    _fake_tool(bindir, "rocm-smi", shared_fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
+    _fake_tool(bindir, "rocm-smi", fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
                stderr="WARNING: AMD GPU device(s) is/are in a low-power state")
     r = run_cli("check", "--json", "--only", "torch,gpus", env={"PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}"})
     assert r.returncode == 1, r.stderr[-2000:]

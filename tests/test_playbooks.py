@@ -9,17 +9,16 @@ from pathlib import Path
 import pytest
 
 import playbooks as pbs
-from doctor import classify
-from doctor.codes import CODES
-from doctor.config import _yaml, dump_config
-from doctor.findings import make
+from checks.attention import ATTN002
+from doctor import classify, codes
+from doctor.config import dump_config, yaml_rt
 from tests.conftest import ROOT, run_cli
 
 GUIDE = (ROOT / "examples" / "llama3_lora_rocm.yaml").read_text()
 
 
 def load(text: str):
-    return _yaml().load(text)
+    return yaml_rt().load(text)
 
 
 def apply(pid: str, text: str, **inp):
@@ -30,7 +29,7 @@ def apply(pid: str, text: str, **inp):
 
 def test_catalog_covers_every_referenced_playbook_consistently():
     cat = pbs.catalog()
-    for c in CODES.values():
+    for c in codes.all_codes():
         if c.playbook:
             assert c.playbook in cat, c.id
             assert c.id in cat[c.playbook].findings, (c.id, c.playbook)
@@ -78,7 +77,7 @@ def test_rename_when_target_exists_drops_old():
 def test_disable_flash_attn_prefers_sdpa_unless_sdpa_is_broken():
     out, new = apply("disable-flash-attn", "template: llama3\nflash_attn: fa2\n")
     assert "flash_attn: sdpa" in new
-    broken = make("ATTN002", "attention", "SDPA flash backend gives wrong results")
+    broken = ATTN002.finding("SDPA flash backend gives wrong results")
     out, new = apply("disable-flash-attn", "template: llama3\nflash_attn: fa2\n", findings=[broken])
     assert "flash_attn: disabled" in new
     out, new = apply("disable-flash-attn", "template: llama3\ncutoff_len: 8\n")
@@ -192,7 +191,7 @@ def test_fix_refuses_to_overwrite_and_bad_apply(tmp_path):
 
 @pytest.mark.parametrize("name", ["x.yaml", "x.yml", "x.conf"])
 def test_default_output(name):
-    from doctor.fixing import default_output
+    from doctor.commands.fix import default_output
 
     out = default_output(Path("/a") / name)
     assert out.parent == Path("/a") and ".fixed." in out.name and out.name != name
@@ -213,7 +212,7 @@ def test_secrets_never_reach_fix_output(tmp_path):
 
 
 def test_mask_command_overrides():
-    from doctor.secrets import mask
+    from doctor.redact import mask
 
     assert mask("hf_hub_token=abcdefgh12345") == "hf_hub_token=<redacted:token>"
     assert mask("max_steps=4") == "max_steps=4" and mask("/tmp/run/attempt-1.yaml") == "/tmp/run/attempt-1.yaml"

@@ -7,10 +7,8 @@ import socket
 import tarfile
 from pathlib import Path
 
-import pytest
-
-from doctor.report import Redactor
-from tests.conftest import SHARED, run_cli
+from doctor.redact import Redactor
+from tests.conftest import DATA, run_cli, stack
 
 HF = "hf_PlantedTokenAbCdEfGhIjKlMnOpQrSt"
 WANDB = "0f1e2d3c4b5a69788796a5b4c3d2e1f001234567"
@@ -53,6 +51,7 @@ def bundle_text(path: Path) -> str:
         return "\n".join(tf.extractfile(m).read().decode() for m in tf.getmembers() if m.isfile())
 
 
+@stack  # the bundle's package versions come from the examined stack (transformers)
 def test_report_redacts_everything_planted(tmp_path):
     cfg, log = plant(tmp_path)
     out = tmp_path / "bundle.tar.gz"
@@ -90,6 +89,17 @@ def test_no_redact_keeps_values_and_directory_bundle(tmp_path):
     assert r.returncode == 2 and "not empty" in r.stderr  # never writes into someone's directory
 
 
+def test_quick_report_says_what_it_did_not_check(tmp_path):
+    out = tmp_path / "quick-dir"
+    r = run_cli("report", "--quick", "-o", str(out), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    md = (out / "report.md").read_text()
+    rep = json.loads((out / "report.json").read_text())
+    assert "torch" in rep["skipped"] and "bf16" in rep["skipped"] and "gpus" in rep["skipped"]
+    assert "Not checked:" in md and "torch None/None" not in md and "None / None" not in md
+    assert "not checked: " in r.stdout
+
+
 def test_report_bad_inputs(tmp_path):
     r = run_cli("report", "--log", str(tmp_path / "nope.log"), "--quick", cwd=tmp_path)
     assert r.returncode == 2 and "log not found" in r.stderr and "Traceback" not in r.stderr
@@ -113,10 +123,8 @@ def test_redactor_units():
 
 
 def test_corpus_logs_are_explained_in_a_report(tmp_path):
-    corpus = SHARED / "data" / "failure-logs-public.jsonl"
-    rows = [json.loads(x) for x in corpus.read_text().splitlines()[:3]] if corpus.is_file() else []
-    if not rows:
-        pytest.skip("public failure-log corpus not available")
+    corpus = DATA / "failure-logs-public.jsonl"
+    rows = [json.loads(x) for x in corpus.read_text().splitlines()[:3]]
     logs = []
     for i, row in enumerate(rows):
         p = tmp_path / f"case{i}.log"

@@ -2,8 +2,11 @@
 
 import json
 
-from checks.torch_build import arch_supported, judge, override_to_arch, version_in
-from tests.conftest import run_cli, shared_fixture, stack
+from checks.torch import arch_supported, judge, override_to_arch, version_in
+from doctor import runner
+from doctor.context import Context, Options
+from doctor.worker import ProbeResult
+from tests.conftest import fixture, run_cli, stack
 
 OLD_WHEEL = ["gfx900", "gfx906", "gfx908", "gfx90a", "gfx1030", "gfx1100", "gfx942"]  # real ROCm 5.x/6.0 list
 DEV_OK = {"kfd_exists": True, "kfd_rw": True, "render_nodes": ["/dev/dri/renderD128"],
@@ -95,7 +98,7 @@ def test_library_ranges():
 
 
 def test_h200_probe_shape_is_healthy():
-    probe = json.loads(shared_fixture("nvidia/h200-torch-probe.txt").read_text().split("\n}\n")[0] + "\n}")
+    probe = json.loads(fixture("nvidia/h200-torch-probe.txt").read_text().split("\n}\n")[0] + "\n}")
     info = {"version": probe["torch"], "hip": None, "cuda": probe["cuda"], "arch_list": probe["arch_list"],
             "devices": [{"index": 0, "name": probe["props"]["name"], "arch": "sm_90"}]}
     fs = judge(info, None, {"gpus": [{"vendor": "nvidia", "arch": "sm_90"}], "devices": {}}, {})
@@ -107,8 +110,32 @@ def test_real_probe_on_this_cpu_machine():
     r = run_cli("check", "--json", "--only", "torch")
     out = json.loads(r.stdout)
     assert out["environment"]["torch"]["version"].startswith("2.9.1")
-    assert {f["id"] for f in out["findings"]} <= {"TORCH010", "TORCH009", "TORCH000"}
+    # CPU torch, no GPU, the pinned stack inside LLaMA-Factory 0.9.5's ranges: exactly the CPU-only note
+    assert [f["id"] for f in out["findings"]] == ["TORCH010"], out["findings"]
     assert out["environment"]["packages"]["llamafactory"] == "0.9.5"
+
+
+def seeded(only: set[str], **probes: dict) -> Context:
+    """A context whose probes already ran (recorded data): the runner plans them but runs no worker."""
+    ctx = Context(options=Options(only=only), env={})
+    ctx.facts["system"] = {"gpus": [], "devices": {}, "kfd_archs": []}
+    for name, data in probes.items():
+        ctx.probes[name] = ProbeResult(name, "ok", data=data)
+    return ctx
+
+
+def test_torch009_fires_in_a_real_run_of_the_checks():
+    """Regression: the torch check used to read the schema the config check (which runs later) stored,
+    so TORCH009 never fired in `rocm-doctor check`."""
+    cpu = {"version": "2.9.1+cpu", "hip": None, "cuda": None, "devices": [], "arch_list": [], "count": 0}
+    libs = {"transformers": "5.7.0", "peft": "0.18.1", "llamafactory": "0.9.5", "trl": "0.24.0"}
+    fs = runner.run(seeded({"torch"}, torch=cpu, companions={}, libs=libs))
+    t9 = [f for f in fs if f.id == "TORCH009"]
+    assert len(t9) == 1 and t9[0].evidence["package"] == "transformers", [f.id for f in fs]
+    assert t9[0].evidence["required"] == ">=4.55.0,<=5.6.0"  # llamafactory 0.9.5's own pin (bundled schema)
+    # another llamafactory release: 0.9.5's pins say nothing about it
+    fs = runner.run(seeded({"torch"}, torch=cpu, companions={}, libs=dict(libs, llamafactory="0.9.9")))
+    assert not [f for f in fs if f.id == "TORCH009"]
 
 
 def test_broken_python_is_a_finding(tmp_path):
@@ -119,3 +146,71 @@ def test_broken_python_is_a_finding(tmp_path):
     assert r.returncode == 1 and "Traceback" not in r.stderr
     f = json.loads(r.stdout)["findings"]
     assert f and f[0]["severity"] == "error"
+
+
+@stack
+def test_only_bf16_reports_its_own_verdict():
+    """Regression: `--only bf16` (also attention, bitsandbytes) printed no finding and exited 0 on any
+    machine, because the torch probe the verdicts read ran only when the torch area was selected."""
+    r = run_cli("check", "--json", "--only", "bf16")
+    got = [f["id"] for f in json.loads(r.stdout)["findings"]]
+    assert got == ["BF16004"], got  # this CPU machine: bf16 numerics checked on the CPU, nothing else shown
+    r = run_cli("check", "--json", "--only", "attention,bitsandbytes")
+    areas = {f["check"] for f in json.loads(r.stdout)["findings"]}
+    assert areas == {"attention", "bitsandbytes"} or areas == {"attention"}, areas
+
+
+def test_only_bf16_plans_the_torch_probe():
+    from doctor import runner
+
+    ctx = Context(options=Options(only={"bf16"}), env={})
+    every, _ = runner.load_all()
+    specs, _ = runner.plan(ctx, runner.select(ctx, every), every)
+    assert {"torch", "bf16"} <= {s.name for s in specs}
+    assert "attention" not in {s.name for s in specs}
+
+
+def _on_a_tty(*args: str) -> tuple[bytes, str]:
+    """Run the CLI with stderr on a pseudo-terminal (read while it runs: a full pty buffer blocks the
+    writer); returns (stdout, what the terminal showed)."""
+    import os
+    import pty
+    import subprocess
+    import sys
+    import threading
+
+    from tests.conftest import ROOT
+
+    master, slave = pty.openpty()
+    chunks: list[bytes] = []
+
+    def reader() -> None:
+        while True:
+            try:
+                b = os.read(master, 65536)
+            except OSError:
+                return
+            if not b:
+                return
+            chunks.append(b)
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="120", TERM="xterm")
+    p = subprocess.run([sys.executable, "-m", "doctor", *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+                       stderr=slave, timeout=300)
+    os.close(slave)
+    t.join(timeout=5)
+    os.close(master)
+    return p.stdout, b"".join(chunks).decode("utf-8", "replace")
+
+
+@stack
+def test_progress_shows_on_a_terminal_only():
+    """A blank screen for the whole run looks hung: on a TTY, stderr shows what is being probed."""
+    out, tty = _on_a_tty("check", "--only", "torch")
+    assert "probing in the examined Python" in tty
+    assert b"probing" not in out  # the findings on stdout carry no progress
+    out, tty = _on_a_tty("check", "--json", "--only", "torch")
+    json.loads(out)  # stdout stays pure JSON
+    assert "probing" not in tty  # --json: no progress, even on a terminal

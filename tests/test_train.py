@@ -15,13 +15,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from doctor.supervise import (
-    DivergenceWatch,
-    checkpoints,
-    judge_balance,
-    last_good_checkpoint,
-    parse_hf_log_line,
-)
+from doctor.checkpoints import checkpoints, last_good_checkpoint
+from doctor.train.watch import DivergenceWatch, judge_balance, parse_hf_log_line
 from tests.conftest import FIXTURES, ROOT, run_cli, stack, write_config, write_dataset
 
 slow = pytest.mark.slow
@@ -275,9 +270,9 @@ def test_balance_from_recorded_amd_smi():
 @stack
 def test_demo_model_without_cached_tokenizer_fits_llama3_template(tmp_path):
     """The demo's fallback tokenizer (a BPE trained on the spot) must satisfy LLaMA-Factory's llama3 template."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT), ROCM_DOCTOR_CACHE=str(tmp_path / "empty-cache"))
-    p = subprocess.run([sys.executable, "-m", "doctor.demo_build", str(tmp_path / "d")], env=env,
-                       capture_output=True, text=True, timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    p = subprocess.run([sys.executable, "-m", "doctor.demo_model", str(tmp_path / "d"), str(tmp_path / "no-tok")],
+                       env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     info = json.loads(p.stdout.strip().splitlines()[-1])
     assert info["tokenizer"] == "a BPE built here"

@@ -24,7 +24,18 @@ def checkpoints(output_dir: Path) -> list[tuple[int, Path, bool]]:
     return sorted(out)
 
 
-def last_good_checkpoint(output_dir: Path, before_step: int | None = None) -> Path | None:
-    """The last complete checkpoint, older than ``before_step`` (the first diverged step) if given."""
-    good = [p for s, p, ok in checkpoints(output_dir) if ok and (before_step is None or s < before_step)]
+def last_good(found: list[tuple[int, Path, bool]], before_step: int | None = None) -> Path | None:
+    """Of ``checkpoints()``'s answer, the last complete one older than ``before_step`` (the first diverged
+    step) if given."""
+    good = [p for s, p, ok in found if ok and (before_step is None or s < before_step)]
     return good[-1] if good else None
+
+
+def last_good_checkpoint(output_dir: Path, before_step: int | None = None) -> Path | None:
+    return last_good(checkpoints(output_dir), before_step)
+
+
+def step_of(path: str | Path) -> int:
+    """The global step a ``checkpoint-N`` directory holds (0 for anything else)."""
+    m = CKPT.match(Path(path).name)
+    return int(m.group(1)) if m else 0

@@ -8,12 +8,36 @@ from __future__ import annotations
 
 from typing import Any
 
-from doctor import gpuinfo, system
+from doctor import gpuinfo
 from doctor.context import Context
-from doctor.findings import Finding, make
-from doctor.runner import check
+from doctor.findings import Code, Finding, Severity
+from doctor.registry import check
 
-A = "memory"
+AREA = "memory"
+
+MEM000 = Code(
+    AREA, "MEM000", Severity.OK, 'Estimated memory fits',
+    why="The estimate of weights, gradients, optimizer states, activations and logits for this config fits the "
+        "free memory of every GPU the run will use.",
+    fix='Nothing to do.',
+)
+
+MEM001 = Code(
+    AREA, "MEM001", Severity.WARNING, 'Predicted out of memory',
+    why="The estimate of weights + optimizer + activations for this config exceeds a GPU's free memory.",
+    fix='Lower per_device_train_batch_size (keep the effective batch with gradient_accumulation_steps), '
+        'enable gradient checkpointing, or shorten cutoff_len.',
+    playbook='reduce-memory', autofix=True,
+)
+
+MEM002 = Code(
+    AREA, "MEM002", Severity.INFO, 'Memory estimate not possible',
+    why="The model's config.json is not available locally, so its size is unknown.",
+    fix='Nothing to do.',
+)
+
+CODES = (MEM000, MEM001, MEM002)
+
 GiB = 2**30
 
 
@@ -59,7 +83,7 @@ def estimate(mc: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
 
 def judge(est: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
     if not gpus:
-        return [make("MEM000", A, f"Estimated peak {est['total_gib']:.1f} GiB per GPU (no GPU here to compare)",
+        return [MEM000.finding(f"Estimated peak {est['total_gib']:.1f} GiB per GPU (no GPU here to compare)",
                      f"{est['params'] / 1e9:.2f} B parameters", **est)]
     worst = None
     for g in gpus:
@@ -71,21 +95,21 @@ def judge(est: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
         if worst is None or margin < worst[0]:
             worst = (margin, g, free)
     if worst is None:
-        return [make("MEM002", A, "GPU memory sizes unknown", "", **est)]
+        return [MEM002.finding("GPU memory sizes unknown", "", **est)]
     margin, g, free = worst
     if margin < 0:
-        return [make("MEM001", A, f"Estimated {est['total_gib']:.1f} GiB > {free:.1f} GiB free on GPU {g['index']}",
+        return [MEM001.finding(f"Estimated {est['total_gib']:.1f} GiB > {free:.1f} GiB free on GPU {g['index']}",
                      f"weights {est['weights_gib']:.1f} + optimizer {est['states_gib']:.1f} + activations "
                      f"{est['activations_gib']:.1f} + logits {est['logits_gib']:.1f} GiB (+1 GiB context)",
                      free_gib=round(free, 2), gpu=g.get("index"), **est)]
-    return [make("MEM000", A, f"Estimated {est['total_gib']:.1f} GiB of {free:.1f} GiB free "
+    return [MEM000.finding(f"Estimated {est['total_gib']:.1f} GiB of {free:.1f} GiB free "
                  f"(margin {margin:.1f} GiB)", "", free_gib=round(free, 2), **est)]
 
 
-@check(A, needs_config=True, order=45)
+@check(AREA, needs_config=True, order=45)
 def memory_fit(ctx: Context) -> list[Finding]:
     mc = ctx.model_config()
     if not mc or not mc.get("hidden_size"):
-        return [make("MEM002", A, "Memory not estimated: the model's config.json is not local",
+        return [MEM002.finding("Memory not estimated: the model's config.json is not local",
                      f"model_name_or_path = {ctx.cfg('model_name_or_path')!r}")]
-    return judge(estimate(mc, ctx.config or {}), gpuinfo.visible_gpus(ctx.env, system.facts(ctx).get("gpus") or []))
+    return judge(estimate(mc, ctx.config or {}), gpuinfo.visible_gpus(ctx.env, ctx.system().get("gpus") or []))

@@ -6,92 +6,102 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from doctor import system
 from doctor.context import Context
-from doctor.findings import Finding, make
+from doctor.findings import Code, Finding, Severity, with_all_good
 from doctor.gpuinfo import parse_visible
-from doctor.runner import check, probe_failure
+from doctor.registry import check, probe_failure
+from doctor.stack import PACKAGES, env_flag
 from doctor.worker import ProbeSpec
 
 AREA = "torch"
 
-# ---------------------------------------------------------------- probes (run in the worker)
+TORCH000 = Code(
+    AREA, "TORCH000", Severity.OK, 'torch build matches this machine',
+    why="torch imports, its backend matches the GPUs present and every GPU's arch is in the wheel.",
+    fix='Nothing to do.',
+)
 
+TORCH001 = Code(
+    AREA, "TORCH001", Severity.ERROR, 'torch cannot be imported',
+    why='Without torch nothing trains. A broken `import torch` on ROCm is often a mismatched `amdsmi` '
+        'package (torch imports it and only catches ImportError).',
+    fix='Reinstall a ROCm torch wheel from the PyTorch ROCm index matching your ROCm; if the error mentions '
+        'amdsmi, `pip uninstall amdsmi` or install the one in /opt/rocm/share/amd_smi.',
+)
 
-def probe_torch() -> dict[str, Any]:
-    """Import torch once and describe the build and the visible devices."""
-    import time
+TORCH002 = Code(
+    AREA, "TORCH002", Severity.ERROR, 'torch build does not match the GPUs (CPU/CUDA torch on AMD GPUs)',
+    why='A CPU or CUDA wheel on a machine whose GPUs are AMD trains on the CPU (or not at all).',
+    fix='Install the ROCm wheel: `pip install torch --index-url https://download.pytorch.org/whl/rocmX.Y`.',
+)
 
-    t0 = time.perf_counter()
-    import torch
+TORCH003 = Code(
+    AREA, "TORCH003", Severity.ERROR, 'GPU architecture not compiled into this torch',
+    why='Each ROCm wheel ships kernels for a list of gfx targets (`torch.cuda.get_arch_list()`). A GPU '
+        'outside it fails with `hipErrorNoBinaryForGpu` or `invalid device function`.',
+    fix='Use a wheel that lists your arch (newer ROCm wheels add RDNA3/4); as a last resort set '
+        '`HSA_OVERRIDE_GFX_VERSION` to a compatible listed arch (e.g. 11.0.0 for gfx1101/1102).',
+)
 
-    info: dict[str, Any] = {"import_s": round(time.perf_counter() - t0, 3), "version": torch.__version__,
-                            "hip": getattr(torch.version, "hip", None), "cuda": torch.version.cuda,
-                            "devices": [], "arch_list": []}
-    try:
-        info["available"] = bool(torch.cuda.is_available())
-        info["count"] = torch.cuda.device_count() if info["available"] else 0
-    except Exception as e:  # e.g. "HIP_VISIBLE_DEVICES contains more devices than ROCR_VISIBLE_DEVICES"
-        info["available"], info["count"], info["init_error"] = False, 0, f"{type(e).__name__}: {e}"
-    try:
-        info["arch_list"] = list(torch.cuda.get_arch_list())
-    except Exception:
-        info["arch_list"] = []
-    for i in range(info["count"]):
-        p = torch.cuda.get_device_properties(i)
-        raw = getattr(p, "gcnArchName", "") or ""
-        arch = raw.split(":")[0] if info["hip"] else f"sm_{p.major}{p.minor}"
-        info["devices"].append({"index": i, "name": p.name, "arch": arch, "gcnArchName": raw,
-                                "total_mib": round(p.total_memory / 2**20), "cus": p.multi_processor_count})
-    try:
-        info["blas"] = str(torch.backends.cuda.preferred_blas_library()) if info["count"] else None
-    except Exception:
-        info["blas"] = None
-    return info
+TORCH004 = Code(
+    AREA, "TORCH004", Severity.WARNING, "torch's HIP version differs from the system ROCm",
+    why='A wheel built for another ROCm major.minor than /opt/rocm can fail to load kernels or libraries '
+        '(rccl, hipblaslt) and makes bitsandbytes look for the wrong library.',
+    fix="Install the torch wheel for the system ROCm (or upgrade ROCm to the wheel's).",
+)
 
+TORCH005 = Code(
+    AREA, "TORCH005", Severity.ERROR, 'torchvision/torchaudio built for another backend than torch',
+    why='A CUDA torchaudio beside a ROCm torch (or any mixed pair) fails at import; LLaMA-Factory 0.9.5 '
+        'imports torchaudio at start-up.',
+    fix='Reinstall torch, torchvision and torchaudio together from the same index URL.',
+)
 
-def probe_companions() -> dict[str, Any]:
-    """torchvision / torchaudio: versions and whether they import beside this torch."""
-    import importlib
-    import importlib.metadata as md
+TORCH006 = Code(
+    AREA, "TORCH006", Severity.WARNING, 'HSA_OVERRIDE_GFX_VERSION set where it is not needed',
+    why='The override makes the runtime load kernels built for another arch. It helps only for archs missing '
+        'from the wheel (e.g. gfx1101/1102 on old wheels) and is harmful on RDNA4 and Instinct GPUs.',
+    fix='Unset HSA_OVERRIDE_GFX_VERSION.',
+)
 
-    out: dict[str, Any] = {}
-    for name in ("torchvision", "torchaudio"):
-        try:
-            ver = md.version(name)
-        except md.PackageNotFoundError:
-            out[name] = None
-            continue
-        entry: dict[str, Any] = {"version": ver}
-        try:
-            importlib.import_module(name)
-            entry["import_ok"] = True
-        except Exception as e:
-            entry["import_ok"], entry["error"] = False, f"{type(e).__name__}: {str(e)[:300]}"
-        out[name] = entry
-    return out
+TORCH007 = Code(
+    AREA, "TORCH007", Severity.ERROR, 'GPU device files not accessible',
+    why='ROCm needs read/write access to /dev/kfd and /dev/dri/renderD*; without it torch sees no GPU. In '
+        'containers they must be passed with `--device`.',
+    fix='Add the user to the `render` and `video` groups (log in again), or run the container with '
+        '`--device=/dev/kfd --device=/dev/dri`.',
+)
 
+TORCH008 = Code(
+    AREA, "TORCH008", Severity.WARNING, 'Visible-device variables are incoherent',
+    why='ROCR_VISIBLE_DEVICES filters first, then HIP_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES index into what '
+        'is left. Contradicting or out-of-range values hide GPUs or crash torch at init.',
+    fix='Set one of them (HIP_VISIBLE_DEVICES or CUDA_VISIBLE_DEVICES), with indices that exist.',
+)
 
-def probe_libs() -> dict[str, Any]:
-    """Versions of the training stack, from metadata only (nothing imported)."""
-    import importlib.metadata as md
+TORCH009 = Code(
+    AREA, "TORCH009", Severity.WARNING, "Library version outside LLaMA-Factory's supported range",
+    why='LLaMA-Factory checks transformers/peft/trl/accelerate/datasets ranges at start-up and refuses to '
+        'run outside them unless DISABLE_VERSION_CHECK=1; outside the range, behaviour is untested.',
+    fix='Install the versions in the range shown, or set DISABLE_VERSION_CHECK=1 knowingly.',
+)
 
-    out = {}
-    for name in ("torch", "transformers", "peft", "trl", "accelerate", "datasets", "llamafactory",
-                 "deepspeed", "bitsandbytes", "flash_attn", "amdsmi", "tokenizers"):
-        try:
-            out[name] = md.version(name.replace("_", "-")) if name != "flash_attn" else md.version("flash_attn")
-        except md.PackageNotFoundError:
-            out[name] = None
-    return out
+TORCH010 = Code(
+    AREA, "TORCH010", Severity.INFO, 'No GPU visible; CPU-only environment',
+    why='torch sees no GPU and no AMD or NVIDIA GPU was found on the machine. Training runs on the CPU.',
+    fix='Nothing to do on a CPU machine; on a GPU machine see TORCH002/TORCH007.',
+)
+
+CODES = (TORCH000, TORCH001, TORCH002, TORCH003, TORCH004, TORCH005, TORCH006, TORCH007, TORCH008, TORCH009, TORCH010)
 
 
 def _probes(ctx: Context) -> list[ProbeSpec]:
-    return [ProbeSpec("torch", "checks.torch_build", "probe_torch", timeout=ctx.options.timeout),
+    return [ProbeSpec("torch", "doctor.probes.torch_env", "probe_torch", timeout=ctx.options.timeout),
             # in the stack worker, not the device one: llamafactory imports torchvision/torchaudio there
             # anyway, and on the H200 these imports (7 s) otherwise serialise with the GPU probes
-            ProbeSpec("companions", "checks.torch_build", "probe_companions", timeout=60, group="stack"),
-            ProbeSpec("libs", "checks.torch_build", "probe_libs", timeout=30, group="stack")]
+            ProbeSpec("companions", "doctor.probes.torch_env", "probe_companions", timeout=60, group="stack"),
+            ProbeSpec("libs", "doctor.probes.torch_env", "probe_libs", {"names": list(PACKAGES)}, timeout=30,
+                      group="stack")]
 
 
 # ---------------------------------------------------------------- pure verdict logic
@@ -142,11 +152,11 @@ def judge_visible_devices(env: dict[str, str], n_system: int, backend: str) -> l
     ev = {k: env[k] for k in ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES") if k in env}
     if backend == "rocm" or (backend != "cuda" and (rocr is not None or hip is not None)):
         if rocr is not None and hip is not None and len(hip) > len(rocr):
-            out.append(make("TORCH008", AREA, "HIP_VISIBLE_DEVICES lists more GPUs than ROCR_VISIBLE_DEVICES",
+            out.append(TORCH008.finding("HIP_VISIBLE_DEVICES lists more GPUs than ROCR_VISIBLE_DEVICES",
                             "ROCR filters first; torch raises `HIP_VISIBLE_DEVICES contains more devices than "
-                            "ROCR_VISIBLE_DEVICES` at init.", severity=None, **ev))
+                            "ROCR_VISIBLE_DEVICES` at init.", **ev))
         if hip is not None and cuda is not None and hip != cuda:
-            out.append(make("TORCH008", AREA, "HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree",
+            out.append(TORCH008.finding("HIP_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES disagree",
                             "On ROCm HIP_VISIBLE_DEVICES wins; the CUDA_VISIBLE_DEVICES value is ignored, "
                             "which is rarely what was meant.", **ev))
     for name, vals in (("ROCR_VISIBLE_DEVICES", rocr), ("HIP_VISIBLE_DEVICES", hip), ("CUDA_VISIBLE_DEVICES", cuda)):
@@ -154,13 +164,13 @@ def judge_visible_devices(env: dict[str, str], n_system: int, backend: str) -> l
             continue
         if vals == [] or vals == ["-1"]:
             if n_system:
-                out.append(make("TORCH008", AREA, f"{name} hides every GPU",
+                out.append(TORCH008.finding(f"{name} hides every GPU",
                                 f"{name}={env.get(name)!r} leaves torch no GPU although {n_system} exist.", **ev))
             continue
         if n_system:
             bad = [v for v in vals if v.isdigit() and int(v) >= n_system]
             if bad:
-                out.append(make("TORCH008", AREA, f"{name} names GPUs that do not exist",
+                out.append(TORCH008.finding(f"{name} names GPUs that do not exist",
                                 f"{name}={env.get(name)!r} but the machine has {n_system} GPU(s) "
                                 f"(indices 0..{n_system - 1}); index {', '.join(bad)} is out of range.", **ev))
     return out
@@ -173,16 +183,16 @@ def judge_hsa_override(env: dict[str, str], real_archs: list[str], arch_list: li
     target = override_to_arch(val)
     ev = {"HSA_OVERRIDE_GFX_VERSION": val, "override_arch": target, "real_archs": real_archs}
     if target is None:
-        return [make("TORCH006", AREA, f"HSA_OVERRIDE_GFX_VERSION={val!r} is malformed",
+        return [TORCH006.finding(f"HSA_OVERRIDE_GFX_VERSION={val!r} is malformed",
                      "The value must be major.minor.stepping, e.g. 11.0.0.", **ev)]
     natives = [a for a in real_archs if arch_list and arch_supported(a, arch_list)]
     harmful = [a for a in real_archs if a.startswith("gfx12") or a.startswith("gfx9")]
     if harmful:
-        return [make("TORCH006", AREA, f"HSA_OVERRIDE_GFX_VERSION={val} on {', '.join(sorted(set(harmful)))}",
+        return [TORCH006.finding(f"HSA_OVERRIDE_GFX_VERSION={val} on {', '.join(sorted(set(harmful)))}",
                      "The override is harmful on RDNA4 and Instinct GPUs: it loads kernels built for "
                      f"{target} on a GPU that is not one.", **ev)]
     if natives and len(natives) == len(real_archs):
-        return [make("TORCH006", AREA, f"HSA_OVERRIDE_GFX_VERSION={val} but the wheel supports your GPU",
+        return [TORCH006.finding(f"HSA_OVERRIDE_GFX_VERSION={val} but the wheel supports your GPU",
                      f"torch already ships kernels for {', '.join(sorted(set(natives)))}; the override "
                      f"makes it run {target} kernels instead.", **ev)]
     return []
@@ -203,31 +213,31 @@ def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: 
         ev = {"torch": info.get("version"), "hip": info.get("hip"), "cuda": info.get("cuda"),
               "arch_list": info.get("arch_list"), "devices": info.get("devices")}
         if amd and backend != "rocm":
-            out.append(make("TORCH002", AREA, f"{backend.upper()} torch {info.get('version')} on a machine with "
+            out.append(TORCH002.finding(f"{backend.upper()} torch {info.get('version')} on a machine with "
                             f"{len(amd)} AMD GPU(s)",
                             "This wheel cannot use AMD GPUs; training would run on the CPU (or fail).", **ev))
         if nvidia and backend == "rocm":
-            out.append(make("TORCH002", AREA, "ROCm torch on a machine with NVIDIA GPUs",
+            out.append(TORCH002.finding("ROCm torch on a machine with NVIDIA GPUs",
                             "A ROCm wheel cannot use NVIDIA GPUs.", **ev))
         if info.get("init_error"):
-            out.append(make("TORCH008", AREA, "torch fails to initialise the GPUs", info["init_error"], **ev))
+            out.append(TORCH008.finding("torch fails to initialise the GPUs", info["init_error"], **ev))
         if backend == "rocm":
             bad = [d for d in info.get("devices", []) if not arch_supported(d["arch"], info.get("arch_list") or [])]
             for d in bad:
-                out.append(make("TORCH003", AREA, f"GPU {d['index']} ({d['name']}, {d['arch']}) is not in torch's "
+                out.append(TORCH003.finding(f"GPU {d['index']} ({d['name']}, {d['arch']}) is not in torch's "
                                 f"arch list", f"torch.cuda.get_arch_list() = {info.get('arch_list')}", **ev))
             # kernels missing although the device is not even enumerated: compare with system archs
             if not info.get("devices") and real_archs and info.get("arch_list"):
                 for a in sorted(set(real_archs)):
                     if not arch_supported(a, info["arch_list"]) and not env.get("HSA_OVERRIDE_GFX_VERSION"):
-                        out.append(make("TORCH003", AREA, f"System GPU arch {a} is not in torch's arch list",
+                        out.append(TORCH003.finding(f"System GPU arch {a} is not in torch's arch list",
                                         f"torch.cuda.get_arch_list() = {info['arch_list']}", **ev))
             sys_rocm = sysf.get("rocm_version")
             if sys_rocm and info.get("hip"):
                 th = ".".join(info["hip"].split(".")[:2])
                 sr = ".".join(str(sys_rocm).split(".")[:2])
                 if th != sr:
-                    out.append(make("TORCH004", AREA, f"torch built for HIP {th}, system ROCm is {sr}",
+                    out.append(TORCH004.finding(f"torch built for HIP {th}, system ROCm is {sr}",
                                     f"torch.version.hip = {info['hip']}; system ROCm {sys_rocm} "
                                     f"(from {sysf.get('rocm_version_source')}). Note: TheRock-based ROCm 7.x "
                                     "reports a higher HIP version than the release number.",
@@ -239,40 +249,39 @@ def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: 
             tag, ttag = _wheel_tag(c.get("version", "")), _wheel_tag(info.get("version", ""))
             mismatch = tag and ttag and tag != ttag
             if mismatch or c.get("import_ok") is False:
-                out.append(make("TORCH005", AREA, f"{name} {c.get('version')} does not match torch {info.get('version')}",
+                out.append(TORCH005.finding(f"{name} {c.get('version')} does not match torch {info.get('version')}",
                                 c.get("error") or f"{name} is a {tag} build, torch a {ttag} build.",
                                 **{name: c, "torch": info.get("version")}))
         out += judge_hsa_override(env, real_archs, info.get("arch_list") or [])
         n_devices = len(info.get("devices") or [])
         if not n_devices and not amd and not nvidia and not out:
-            out.append(make("TORCH010", AREA, f"torch {info.get('version')} ({backend}); no GPU on this machine",
+            out.append(TORCH010.finding(f"torch {info.get('version')} ({backend}); no GPU on this machine",
                             "Training would run on the CPU.", **ev))
     out += judge_visible_devices(env, len(amd) or len(nvidia), backend)
     # device files (ROCm only)
     dev = sysf.get("devices") or {}
     if amd or backend == "rocm" or sysf.get("amdgpu_module"):
         if not dev.get("kfd_exists"):
-            out.append(make("TORCH007", AREA, "/dev/kfd does not exist",
+            out.append(TORCH007.finding("/dev/kfd does not exist",
                             "The amdgpu kernel driver is not loaded, or the container was started without "
                             "--device=/dev/kfd.", **dev))
         elif not dev.get("kfd_rw") or (dev.get("render_nodes") and not dev.get("render_rw")):
             missing = [g for g in ("render", "video") if g not in (dev.get("groups") or [])]
-            out.append(make("TORCH007", AREA, "No read/write access to /dev/kfd or /dev/dri/renderD*",
+            out.append(TORCH007.finding("No read/write access to /dev/kfd or /dev/dri/renderD*",
                             f"Your groups: {', '.join(dev.get('groups') or []) or 'none'}"
                             + (f"; missing {', '.join(missing)}" if missing else ""), **dev))
     # library ranges (LLaMA-Factory's own check_dependencies pins)
-    if libs and ranges and env.get("DISABLE_VERSION_CHECK", "").lower() not in ("1", "true", "y"):
+    if libs and ranges and not env_flag(env, "DISABLE_VERSION_CHECK"):
         for pkg, spec in ranges.items():
             ver = libs.get(pkg)
             if ver and not version_in(ver, spec):
-                out.append(make("TORCH009", AREA, f"{pkg} {ver} outside LLaMA-Factory's range {spec}",
+                out.append(TORCH009.finding(f"{pkg} {ver} outside LLaMA-Factory's range {spec}",
                                 f"llamafactory {libs.get('llamafactory')} requires {pkg}{spec} at start-up.",
                                 package=pkg, version=ver, required=spec))
-    if info is not None and not [f for f in out if f.severity.value in ("error", "warning")] and n_devices:
+    if info is not None and n_devices:
         devs = ", ".join(f"{d['arch']}" for d in info["devices"])
-        out.append(make("TORCH000", AREA, f"torch {info['version']} ({backend}) runs on {n_devices} GPU(s): {devs}",
-                        f"arch list: {info.get('arch_list')}", **{"torch": info.get("version"),
-                                                                 "blas": info.get("blas")}))
+        with_all_good(out, TORCH000, f"torch {info['version']} ({backend}) runs on {n_devices} GPU(s): {devs}",
+                      f"arch list: {info.get('arch_list')}", torch=info.get("version"), blas=info.get("blas"))
     return out
 
 
@@ -299,19 +308,27 @@ def version_in(ver: str, spec: str) -> bool:
 # ---------------------------------------------------------------- the check
 
 
+def dependency_ranges(ctx: Context, libs: dict[str, Any] | None) -> dict[str, str] | None:
+    """LLaMA-Factory's own version pins, from a schema of the installed llamafactory version only (the
+    bundled 0.9.5 pins say nothing about another release)."""
+    schema, _ = ctx.lf_schema()
+    if not schema or not libs or schema.get("llamafactory") != libs.get("llamafactory"):
+        return None
+    return schema.get("dependency_ranges")
+
+
 @check(AREA, probes=_probes, order=10)
 def torch_build(ctx: Context) -> list[Finding]:
     res = ctx.probes.get("torch")
-    sysf = system.facts(ctx)
+    sysf = ctx.system()
     if res is None or not res.ok:
         if res is not None and res.status in ("import_error", "error", "crashed", "timeout", "not_run"):
             what = {"crashed": "crashes the interpreter", "timeout": "hangs",
                     "not_run": "cannot even start"}.get(res.status, "fails")
-            return [make("TORCH001", AREA, f"`import torch` {what} in {ctx.python}", res.error,
-                         **res.evidence())]
+            return [TORCH001.finding(f"`import torch` {what} in {ctx.python}", res.error, **res.evidence())]
         return probe_failure(res, AREA)
     comp = ctx.probes.get("companions")
-    libs = ctx.probes.get("libs")
-    schema = ctx.facts.get("lf_schema") or {}
-    return judge(res.data, comp.data if comp and comp.ok else None, sysf, ctx.env,
-                 libs.data if libs and libs.ok else None, schema.get("dependency_ranges"))
+    libs_res = ctx.probes.get("libs")
+    libs = libs_res.data if libs_res is not None and libs_res.ok else None
+    return judge(res.data, comp.data if comp and comp.ok else None, sysf, ctx.env, libs,
+                 dependency_ranges(ctx, libs))

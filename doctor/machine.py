@@ -1,6 +1,6 @@
 """Parent-side facts about the machine (no torch): ROCm version, device files, groups, GPUs.
 
-Gathered once per run into ``ctx.facts["system"]``; tests pass recorded dicts instead.
+Gathered once per run by :meth:`doctor.context.Context.system`; tests pass recorded dicts instead.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ def rocm_version(env: dict[str, str]) -> tuple[str | None, str]:
         pass
     if shutil.which("amd-smi"):
         try:
-            data = gpuinfo._run_json(["amd-smi", "version", "--json"])
+            data = gpuinfo.run_json(["amd-smi", "version", "--json"])
             rec = data[0] if isinstance(data, list) and data else data
             if isinstance(rec, dict) and rec.get("rocm_version"):
                 return str(rec["rocm_version"]), "amd-smi version"
@@ -74,10 +74,3 @@ def gather(env: dict[str, str], use_library: bool = True) -> dict[str, Any]:
         "kfd_archs": gpuinfo.kfd_archs(),
         "amdgpu_module": os.path.isdir("/sys/module/amdgpu"),
     }
-
-
-def facts(ctx) -> dict[str, Any]:
-    """Memoised system facts for a run (tests may pre-seed ``ctx.facts['system']``)."""
-    if "system" not in ctx.facts:
-        ctx.facts["system"] = gather(ctx.env, use_library=not ctx.options.quick)  # --quick: no extra interpreter
-    return ctx.facts["system"]

@@ -9,7 +9,6 @@ Llama-3 special tokens so LLaMA-Factory's `llama3` template fits it.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -24,10 +23,8 @@ def rows(n: int = 64) -> list[dict[str, str]]:
     return [{"instruction": f"Say the number {i}.", "input": "", "output": f"The number is {i}."} for i in range(n)]
 
 
-def cached_tokenizer() -> Path | None:
-    base = Path(os.environ.get("ROCM_DOCTOR_CACHE") or Path.home() / ".cache" / "rocm-doctor")
-    d = base / "tokenizers" / "llama3"
-    return d if (d / "tokenizer.json").is_file() else None
+def cached_tokenizer(d: Path | None) -> Path | None:
+    return d if d is not None and (d / "tokenizer.json").is_file() else None
 
 
 def make_tokenizer(texts: list[str]):
@@ -46,7 +43,7 @@ def make_tokenizer(texts: list[str]):
     return fast
 
 
-def build(dest: Path) -> dict[str, str]:
+def build(dest: Path, tokenizer_dir: Path | None = None) -> dict[str, str]:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
@@ -55,7 +52,7 @@ def build(dest: Path) -> dict[str, str]:
     ddir.mkdir(parents=True, exist_ok=True)
     (ddir / "demo.json").write_text(json.dumps(data), encoding="utf-8")
     (ddir / "dataset_info.json").write_text(json.dumps({"demo": {"file_name": "demo.json"}}), encoding="utf-8")
-    cached = cached_tokenizer()
+    cached = cached_tokenizer(tokenizer_dir)
     if cached:
         tok, source = AutoTokenizer.from_pretrained(cached), f"real Llama-3 tokenizer files ({cached})"
     else:
@@ -71,4 +68,4 @@ def build(dest: Path) -> dict[str, str]:
 
 
 if __name__ == "__main__":
-    print(json.dumps(build(Path(sys.argv[1]))))
+    print(json.dumps(build(Path(sys.argv[1]), Path(sys.argv[2]) if len(sys.argv) > 2 else None)))

@@ -1,0 +1,90 @@
+"""``rocm-doctor check [CONFIG]``: preflight the environment (and a training YAML); ``--distributed`` on
+every rank of a job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from doctor import distributed
+from doctor.commands import _options
+from doctor.config import InputError
+from doctor.findings import Finding, has_errors
+from doctor.preflight import environment_summary, run_check, skipped_areas
+from doctor.render import check_json, console, print_human, progress
+from doctor.runner import areas
+
+MiB = 1024 * 1024
+
+
+def add_arguments(c: argparse.ArgumentParser) -> None:
+    c.add_argument("config", nargs="?", help="LLaMA-Factory training YAML")
+    _options.add_json(c, "rocm-doctor.check/1")
+    _options.add_quick(c)
+    c.add_argument("--only", metavar="AREAS", help="comma-separated areas (torch,config,template,...)")
+    _options.add_verbose(c)
+    _options.add_python(c)
+    _options.add_timeout(c)
+    c.add_argument("--distributed", action="store_true", help="run on every rank under torchrun (or launch "
+                   "torchrun from NNODES/NODE_RANK/NPROC_PER_NODE/MASTER_ADDR/MASTER_PORT); rank 0 reports")
+    c.add_argument("--dist-timeout", type=float, default=60.0, help="seconds for process-group init and for "
+                   "each collective phase (default 60)")
+    c.add_argument("--dist-sizes", default="1M,16M,64M,256M", help="all_reduce sizes (default 1M,16M,64M,256M)")
+    c.add_argument("--dist-backend", choices=("auto", "nccl", "gloo"), default="auto",
+                   help="collective backend (default auto: nccl/RCCL with GPUs, gloo without)")
+    c.add_argument("--dist-iters", type=int, default=5, help="timed all_reduce iterations per size (default 5)")
+    c.add_argument("--min-busbw", type=float, help="warn when all_reduce bus bandwidth at the largest size is "
+                   "below this many GB/s")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    args.argv = ["check", *argv]  # what --distributed's torchrun re-runs on every rank
+    return args
+
+
+def _only(spec: str | None) -> set[str] | None:
+    if not spec:
+        return None
+    only = {a.strip() for a in spec.split(",") if a.strip()}
+    bad = only - set(areas())
+    if bad:
+        raise InputError(f"unknown area(s) for --only: {', '.join(sorted(bad))} (areas: {', '.join(areas())})")
+    return only
+
+
+def run(args: argparse.Namespace) -> int:
+    only = _only(args.only)
+    if args.distributed:
+        if args.quick:
+            raise InputError("--distributed runs probes and collectives; it cannot be --quick")
+        out = distributed.run(args, args.argv, say=None if args.json else lambda m: print(m, file=sys.stderr))
+        if out.note:
+            print(f"rocm-doctor: {out.note}", file=sys.stderr)
+        if out.report is not None:
+            print_distributed(out.report, args)
+        return out.exit_code
+    with progress(enabled=not args.json) as step:
+        checked = run_check(args.config, quick=args.quick, only=only, python=args.python, timeout=args.timeout,
+                            progress=step)
+    if args.json:
+        print(check_json(checked.findings, environment_summary(checked.ctx)))
+    else:
+        print_human(checked.findings, console(), verbose=args.verbose, skipped=skipped_areas(checked.ctx))
+    return 1 if has_errors(checked.findings) else 0
+
+
+def print_distributed(report: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+        return
+    con = console()
+    print_human([Finding.from_dict(f) for f in report["findings"]], con, verbose=args.verbose,
+                title=f"rocm-doctor check --distributed ({len(report['ranks'])} ranks)")
+    if report["collectives"]:
+        con.print("\n[bold]all_reduce[/]  size        time      algbw      busbw   slowest rank")
+        for c in report["collectives"]:
+            con.print(f"            {c['size_bytes'] / MiB:8.2f} MiB {c['time_us'] / 1000:8.2f} ms "
+                      f"{c['algbw_gbps']:7.2f} GB/s {c['busbw_gbps']:7.2f} GB/s   {c['slowest_rank']}")

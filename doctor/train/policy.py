@@ -1,0 +1,117 @@
+"""The retry decision of ``train``, as a pure function: a failed attempt + the history -> Retry | Stop.
+
+No console, no process, no file system: the supervisor hands in the facts (the failure's category and
+classification, the config, the playbooks already applied, the output_dir's checkpoints, the model's
+config.json) and carries out the answer. Table-driven tests cover it in milliseconds.
+
+The rules:
+- a deterministic failure (dataset, model path, template, DeepSpeed JSON, ...) stops at once: a retry
+  cannot fix it;
+- a kill by a signal is retried once unchanged, resuming; twice stops;
+- otherwise the next automatic playbook for the category that changes the config is applied (a
+  playbook applied on an earlier attempt is not applied again unless it is repeatable); none left
+  stops;
+- the retry resumes from the last *complete* checkpoint older than the first diverged step, removing
+  ``overwrite_output_dir`` (which would restart at step 0 and delete the trainer log); where resuming
+  would be wrong (a playbook whose change a checkpoint's optimizer/scheduler state would undo, or only
+  poisoned checkpoints) it starts fresh and keeps LLaMA-Factory from auto-resuming.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from doctor.checkpoints import last_good
+from doctor.classify import DETERMINISTIC
+from doctor.config import clone
+from playbooks import PatchInput, Playbook, apply, delete_key, set_key
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the policy knows of a failed attempt."""
+
+    category: str
+    summary: str = ""
+    classification: Any = None         # doctor.classify.Classification, for playbook handlers
+    diverged_at: int | None = None     # first diverged step, when the watch stopped the run early
+    resumed: bool = False              # the attempt ran with our resume_from_checkpoint
+
+
+@dataclass(frozen=True)
+class Retry:
+    config: Any                        # the next attempt's round-trip mapping (a new object)
+    playbooks: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    resume_from: str | None = None
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Stop:
+    reason: str
+
+
+def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: list[str],
+                 playbooks: list[Playbook], checkpoints: list[tuple[int, Path, bool]] | None,
+                 model_config: dict[str, Any] | None = None) -> Retry | Stop:
+    """Decide the next attempt. ``history``: the categories of every failed attempt so far, this one
+    included; ``playbooks``: the catalog's playbooks for this category, in catalog order;
+    ``checkpoints``: the output_dir's ``checkpoint-N`` dirs (None when the config has no output_dir)."""
+    cat = failure.category or "unknown"
+    new = clone(config)
+    if failure.resumed:
+        delete_key(new, "resume_from_checkpoint")  # ours, set for the previous attempt; chosen afresh below
+    names: list[str] = []
+    changes: list[str] = []
+    env: dict[str, str] = {}
+    note = ""
+    resume_ok = True
+    if cat == "killed_by_signal":
+        if history.count("killed_by_signal") > 1:
+            return Stop("killed by a signal twice; not retrying again (check dmesg for the OOM killer)")
+        note = "Retrying once unchanged, resuming from the last checkpoint."
+    elif cat in DETERMINISTIC:
+        return Stop(f"{cat}: {failure.summary} (a retry cannot fix this)")
+    else:
+        chosen = None
+        for pb in playbooks:
+            if not pb.auto or (pb.id in applied and not pb.repeatable):
+                continue
+            trial = clone(new)
+            out = apply(pb, trial, PatchInput(classification=failure.classification, model_config=model_config,
+                                              applied=list(applied)))
+            if out.stop:
+                return Stop(f"{pb.id}: {out.stop}")
+            if out.changed:
+                chosen, new = (pb, out), trial
+                break
+        if chosen is None:
+            return Stop(f"{cat}: no playbook applies" + (f" ({failure.summary})" if failure.summary else ""))
+        pb, out = chosen
+        names.append(pb.id)
+        changes += out.changes
+        env.update(out.env)
+        resume_ok = pb.resume
+    resumed = None
+    if checkpoints is not None:
+        ck = last_good(checkpoints, failure.diverged_at) if resume_ok else None
+        if ck is not None:
+            new["resume_from_checkpoint"] = str(ck)
+            resumed = str(ck)
+            if new.get("overwrite_output_dir"):
+                delete_key(new, "overwrite_output_dir")
+                changes.append("overwrite_output_dir: removed (the retry resumes; it would restart at step 0)")
+                names.append("keep-progress")
+            changes.append(f"resume_from_checkpoint: {ck.name}")
+        elif checkpoints:
+            # only poisoned (or, after lower-lr, stateful) checkpoints: start over, and keep LLaMA-Factory
+            # from auto-resuming the last one
+            set_key(new, "overwrite_output_dir", True)
+            changes.append("overwrite_output_dir: true (start fresh: "
+                           + ("checkpoints after the divergence hold NaN weights)" if resume_ok else
+                              "resuming would restore the old optimizer/scheduler state)"))
+    return Retry(new, names, changes, env, resumed, note)

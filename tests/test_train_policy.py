@@ -1,0 +1,109 @@
+"""The retry policy of ``train``, table-driven: a failed attempt + history -> Retry | Stop, in milliseconds
+(no llamafactory, no process). The end-to-end runs are in test_train.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import playbooks as pbs
+from doctor.classify import classify_text
+from doctor.config import dump_config, yaml_rt
+from doctor.train.policy import Failure, Retry, Stop, next_attempt
+
+CFG = """\
+### model
+model_name_or_path: /models/llama3
+flash_attn: fa2
+quantization_bit: 4
+### train
+output_dir: out
+overwrite_output_dir: true
+per_device_train_batch_size: 4
+gradient_accumulation_steps: 2
+learning_rate: 1.0e-3
+"""
+
+
+def cfg(text: str = CFG):
+    return yaml_rt().load(text)
+
+
+def ck(*steps: int, incomplete: tuple[int, ...] = ()) -> list[tuple[int, Path, bool]]:
+    return [(s, Path(f"/run/out/checkpoint-{s}"), s not in incomplete) for s in steps]
+
+
+def decide(category: str, *, history=None, applied=(), checkpoints=None, diverged_at=None, resumed=False,
+           log: str = "", config=None):
+    failure = Failure(category=category, summary="s", classification=classify_text(log) if log else None,
+                      diverged_at=diverged_at, resumed=resumed)
+    return next_attempt(failure, config if config is not None else cfg(),
+                        history=list(history if history is not None else [category]), applied=list(applied),
+                        playbooks=pbs.for_category(category), checkpoints=checkpoints)
+
+
+CASES = [
+    # (id, category, kwargs, expected type, playbooks, resume_from step)
+    ("deterministic-dataset", "dataset_missing", {}, Stop, None, None),
+    ("deterministic-template", "template_or_tokenizer", {}, Stop, None, None),
+    ("killed-once-retries-unchanged", "killed_by_signal", {"checkpoints": ck(2, 4)}, Retry, ["keep-progress"], 4),
+    ("killed-twice-stops", "killed_by_signal", {"history": ["killed_by_signal", "killed_by_signal"]}, Stop, None, None),
+    ("oom-reduces-memory", "oom", {"checkpoints": ck(5)}, Retry, ["reduce-memory", "keep-progress"], 5),
+    ("bnb-falls-back-to-lora", "bitsandbytes_unavailable", {}, Retry, ["qlora-to-lora"], None),
+    ("flash-attn-off", "flash_attn_failure", {}, Retry, ["disable-flash-attn"], None),
+    ("divergence-first-rules-out-attention", "nan_or_divergent_loss", {"checkpoints": ck(2, 4, 6), "diverged_at": 5},
+     Retry, ["disable-flash-attn", "keep-progress"], 4),
+    ("divergence-then-lower-lr-starts-fresh", "nan_or_divergent_loss",
+     {"applied": ["disable-flash-attn"], "checkpoints": ck(2, 4)}, Retry, ["lower-lr"], None),
+    ("reduce-memory-is-repeatable", "oom", {"applied": ["reduce-memory"]}, Retry, ["reduce-memory"], None),
+    ("no-playbook-left", "flash_attn_failure", {"applied": ["disable-flash-attn"]}, Stop, None, None),
+    ("unknown-stops", "unknown", {}, Stop, None, None),
+    ("incomplete-checkpoint-skipped", "oom", {"checkpoints": ck(2, 4, incomplete=(4,))}, Retry,
+     ["reduce-memory", "keep-progress"], 2),
+]
+
+
+@pytest.mark.parametrize("category, kw, kind, names, step", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_next_attempt(category, kw, kind, names, step):
+    d = decide(category, **kw)
+    assert isinstance(d, kind), d
+    if kind is Retry:
+        assert d.playbooks == names, d.changes
+        assert (d.resume_from is None) if step is None else d.resume_from.endswith(f"checkpoint-{step}")
+
+
+def test_resume_removes_overwrite_output_dir_and_keeps_the_original():
+    original = cfg()
+    d = decide("oom", checkpoints=ck(3), config=original)
+    text = dump_config(d.config)
+    assert "overwrite_output_dir" not in text and "resume_from_checkpoint: /run/out/checkpoint-3" in text
+    assert "overwrite_output_dir: true" in dump_config(original)  # the policy never edits what it was given
+    assert "### train" in text  # comments survive the clone
+
+
+def test_only_poisoned_checkpoints_start_fresh():
+    d = decide("nan_or_divergent_loss", checkpoints=ck(4, 6), diverged_at=3)
+    assert isinstance(d, Retry) and d.resume_from is None
+    assert d.config["overwrite_output_dir"] is True and any("NaN weights" in c for c in d.changes)
+
+
+def test_previous_resume_is_dropped_before_choosing_again():
+    c = cfg(CFG + "resume_from_checkpoint: /run/out/checkpoint-2\n")
+    d = decide("killed_by_signal", config=c, resumed=True, checkpoints=None)
+    assert isinstance(d, Retry) and "resume_from_checkpoint" not in d.config
+
+
+def test_unknown_keys_from_the_log_are_dropped():
+    c = cfg(CFG + "device_map: auto\n")
+    d = decide("unknown_config_key", config=c,
+               log="ValueError: Some keys are not used by the HfArgumentParser: ['device_map']")
+    assert isinstance(d, Retry) and d.playbooks == ["drop-unknown-keys"] and "device_map" not in d.config
+
+
+def test_a_pre_quantized_model_stops_qlora_fallback():
+    failure = Failure(category="bitsandbytes_unavailable")
+    d = next_attempt(failure, cfg(), history=["bitsandbytes_unavailable"], applied=[],
+                     playbooks=pbs.for_category("bitsandbytes_unavailable"), checkpoints=None,
+                     model_config={"quantization_config": {"quant_method": "gptq"}})
+    assert isinstance(d, Stop) and "pre-quantized" in d.reason
