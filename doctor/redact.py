@@ -93,8 +93,7 @@ class Redactor:
         for k in ("HOSTNAME", "MASTER_ADDR", "SLURM_NODELIST", "SLURMD_NODENAME"):
             if self.env.get(k):
                 names.add(self.env[k])
-        self.hosts = sorted({h for h in names if h and len(h) >= 3 and h not in ("localhost", "127.0.0.1")},
-                            key=len, reverse=True)
+        self.hosts = sorted({h for h in names if h and h not in ("localhost", "127.0.0.1")}, key=len, reverse=True)
         users = {self.env.get("USER", ""), self.env.get("LOGNAME", "")}
         try:
             users.add(getpass.getuser())
@@ -118,7 +117,7 @@ class Redactor:
                 self._count("secret values from the environment", n)
         s = _tokens(s, self._count)
         for h in self.hosts:
-            s, n = re.subn(rf"(?<![\w.-]){re.escape(h)}(?![\w-])", "<host>", s)
+            s, n = host_pattern(h).subn("<host>", s)
             self._count("host names", n)
 
         def ip(m: re.Match[str]) -> str:
@@ -154,6 +153,20 @@ class Redactor:
             else:
                 out[k] = self.text(v)
         return out
+
+
+def host_pattern(host: str) -> re.Pattern[str]:
+    """Where ``host`` stands as a host name. A long name (5+ characters) anywhere it is a whole word; a short
+    one (``vm``, ``gpu``, ``n1``), which also spells ordinary words, only where it is used as a host: before a
+    domain or a port (``vm.internal:29500``, ``vm:22``), after ``@`` (``alice@vm``) or ``://`` (a URL), with
+    the domain labels after it redacted too."""
+    h = re.escape(host)
+    domain = r"(?:\.[A-Za-z][\w-]*)*"
+    if len(host) >= 5:
+        return re.compile(rf"(?<![\w.-]){h}{domain}(?![\w-])")
+    not_a_file = r"(?!\.(?:py|pyc|log|txt|json|jsonl|ya?ml|sh|so|md|cfg|ini|csv|pth?|bin|safetensors|gz|tar|zip|out|err)\b)"
+    return re.compile(rf"(?<![\w.-]){h}{not_a_file}(?:\.[A-Za-z][\w-]*)+(?![\w-])|(?<![\w.-]){h}(?=:\d)"
+                      rf"|(?<=@){h}{domain}(?![\w-])|(?<=://){h}{domain}(?![\w-])")
 
 
 def _keep_ip(s: str) -> bool:

@@ -136,3 +136,13 @@ def test_corpus_logs_are_explained_in_a_report(tmp_path):
     with tarfile.open(out) as tf:
         rep = json.loads(tf.extractfile(next(m for m in tf.getmembers() if m.name.endswith("report.json"))).read())
     assert [lg["category"] for lg in rep["logs"]] == [row["category"] for row in rows]
+
+
+def test_short_host_names_are_redacted_where_they_stand_as_a_host():
+    """A host named `vm` kept `vm.internal:29500`; its letters inside other words must survive."""
+    red = Redactor(env={"HOSTNAME": "vm", "USER": "x"})
+    red.hosts = ["vm"]
+    out = red.text("connecting to vm.internal:29500 via vm:22, alice@vm, http://vm/x; the vm crashed in vmware; "
+                   "vm.py loaded; llvm.sys")
+    assert "vm.internal" not in out and "vm:22" not in out and "@vm" not in out and "//vm/" not in out
+    assert out.count("<host>") == 4 and "the vm crashed in vmware" in out and "vm.py" in out and "llvm.sys" in out
