@@ -1,194 +1,303 @@
-"""Failure-log classifier, shared by ``explain`` and the ``train`` supervisor.
+"""Failure-log classifier, shared by ``explain`` and the ``train`` supervisor: parse, then judge.
 
-Designed around the error messages of the libraries involved (torch, HIP/ROCm, RCCL/NCCL,
-bitsandbytes, flash-attn, transformers, DeepSpeed, LLaMA-Factory), not around a corpus: each rule
-is a regex on one line plus, where the same string means different things, the context around it
-(frames of flash-attn vs bitsandbytes for "invalid device function"; training keys vs
-``device_map`` for "Some keys are not used"). The root cause is the *first* matching error of the
-failing rank; torchrun's ChildFailedError and shutdown noise at the end are ignored.
+1. :mod:`doctor.logparse` turns the log into structure: tracebacks per rank with frames, packages and
+   chained exceptions, loose exception lines, HF log dicts, launcher summaries.
+2. The root cause is the first failing rank's original exception (the innermost of its chain; torchrun's
+   summary names the rank). Its message is matched against the signature catalog, data in
+   ``playbooks/signatures.yaml`` (curated, with the source of each message) and
+   ``playbooks/signatures-library.json`` (every ``raise``/``logger.error`` message of the libraries a run
+   goes through, harvested by ``scripts/harvest_messages.py`` and labelled). The exception line outranks
+   frame context: context only refines a generic message (``invalid device function`` inside flash-attn
+   frames is flash-attn's).
+3. Other evidence competes at lower weight: the outer exceptions of the chain, other exceptions, runtime
+   lines (the HSA runtime's fault lines, RCCL warnings), NaN or zero losses in HF log dicts, and the
+   launcher's signal. Where no message matches, the package that raised the root exception decides at low
+   confidence (an exception raised in ``deepspeed/`` is DeepSpeed's).
+4. Honest output: a confidence and up to two alternatives; ``unknown`` below 0.4 rather than a confident
+   wrong category.
 
-Reads only the tail of huge logs (bounded memory/time); never imports torch.
+Reads only the tail of huge logs (bounded memory and time); never imports torch.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sys
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from doctor.config import InputError
+from doctor.logparse import WARNING_LINE, WRAPPERS, Exc, ParsedLog, parse
 
 MAX_BYTES = 4 * 1024 * 1024  # tail of a log read for classification
-MAX_LINE = 4000
+THRESHOLD = 0.4               # below this the answer is `unknown`
+CATALOG_DIR = Path(__file__).resolve().parent.parent / "playbooks"
+CURATED = CATALOG_DIR / "signatures.yaml"
+LIBRARY = CATALOG_DIR / "signatures-library.json"
 
-ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-RANK_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s*)?\[(?:rank|default)\s*\d+\]:\s?|^\s*\[rank-\d+/\d+\]")
+# weight of a candidate by where it was found (the root exception outranks everything else)
+W_ROOT, W_CHAIN, W_OTHER, W_LINE, W_FATAL, W_LOSS, W_QUOTED, W_TEXT = 1.0, 0.92, 0.8, 0.78, 0.9, 0.85, 0.72, 0.74
 
-# category -> (playbook, applied automatically by `train`, summary)
-CATEGORIES: dict[str, tuple[str | None, bool, str]] = {
-    "unknown_config_key": ("drop-unknown-keys", True,
-                           "LLaMA-Factory rejected a key of the training YAML before loading anything. "
-                           "Drop or rename the key(s) quoted below (`rocm-doctor fix` does it on a copy)."),
-    "flash_attn_failure": ("disable-flash-attn", True,
-                           "The flash-attention kernels failed (not built for this GPU/arch, ABI mismatch with torch, "
-                           "or an unsupported head dim). Train with `flash_attn: sdpa` or `disabled`."),
-    "bitsandbytes_unavailable": ("qlora-to-lora", True,
-                                 "bitsandbytes could not run its GPU kernels (no ROCm/CUDA library for this setup). "
-                                 "Fall back from QLoRA to 16-bit LoRA, or install a bitsandbytes built for your ROCm."),
-    "oom": ("reduce-memory", True,
-            "The GPU ran out of memory. Halve per_device_train_batch_size (doubling gradient_accumulation_steps "
-            "keeps the effective batch), keep gradient checkpointing on, or shorten cutoff_len."),
-    "hip_invalid_device_function": (None, False,
-                                    "A kernel was launched that was not compiled for this GPU's architecture: the "
-                                    "torch wheel (or an extension) lacks this gfx/sm target. Install a build that "
-                                    "lists your arch; HSA_OVERRIDE_GFX_VERSION only for RDNA2/3 consumer cards."),
-    "nccl_rccl_timeout": ("raise-ddp-timeout", True,
-                          "A collective (RCCL/NCCL) timed out or failed. Early in the run with a low sequence number "
-                          "this is usually rank 0 still preprocessing: raise ddp_timeout. Later, one rank hung or "
-                          "the interconnect failed: check NCCL_SOCKET_IFNAME / P2P settings."),
-    "nan_or_divergent_loss": ("disable-flash-attn", True,
-                              "The loss became NaN/Inf or diverged. A wrong attention kernel is ruled out first "
-                              "(`flash_attn: sdpa`/`disabled`), then the learning rate is lowered (playbook lower-lr)."),
-    "bf16_unsupported": ("fix-precision", True,
-                         "The precision flags were refused: bf16 and fp16 both set, a bf16 check that does not know "
-                         "this GPU, or no GPU visible at all (transformers 5 words that case the same way: check "
-                         "`rocm-doctor check`, BF16005). Keep one precision flag; on MI200/MI300 upgrade transformers "
-                         "rather than dropping bf16."),
-    "template_or_tokenizer": (None, False,
-                              "The chat template or tokenizer setup is wrong for this model (no chat template, no pad "
-                              "token, unknown template). Set `template:` to the model family's template."),
-    "dataset_missing": (None, False,
-                        "The dataset could not be found: the name is not in dataset_info.json or dataset_dir does not "
-                        "resolve from the working directory. Fix dataset/dataset_dir; retrying will not help."),
-    "model_path_or_hub": (None, False,
-                          "The model could not be loaded: a wrong local path, no network to the Hub, or a gated repo. "
-                          "Download the model and point model_name_or_path at the local directory."),
-    "deepspeed_config": (None, False,
-                         "The DeepSpeed JSON contradicts the training arguments. Set the values named below to "
-                         "\"auto\" in the DeepSpeed config."),
-    "gpu_not_detected": (None, False,
-                         "torch found no usable GPU: a CPU/CUDA wheel on AMD GPUs, missing /dev/kfd permissions "
-                         "(render/video groups), or a container without the devices. Run `rocm-doctor check`."),
-    "killed_by_signal": (None, True,
-                         "The process was killed by a signal (often the kernel's OOM killer, SIGKILL). It is retried "
-                         "once unchanged, resuming from the last checkpoint."),
-    "unknown": (None, False, "No known failure signature was found in the log."),
-}
 
-DETERMINISTIC = {"dataset_missing", "model_path_or_hub", "template_or_tokenizer", "deepspeed_config"}
+# ------------------------------------------------------------------ the catalog
+
+@dataclass(frozen=True)
+class Category:
+    name: str
+    summary: str
+    playbook: str | None = None
+    auto: bool = False
+    stop: bool = False
 
 
 @dataclass
-class Rule:
+class Signature:
+    id: str
     category: str
-    pattern: re.Pattern[str]
-    weight: int = 10  # ties between categories on the same line: higher wins
+    source_pattern: str
+    confidence: float
+    where: str = "exception"           # exception | line | fatal
+    type: re.Pattern[str] | None = None
+    package: re.Pattern[str] | None = None
+    extract: dict[str, str] = field(default_factory=dict)
+    refine: list[tuple[str, str]] = field(default_factory=list)
+    source: str = ""
+    curated: bool = True
+    warning: bool = False              # may match a warning line (a library warns just before it fails)
+    playbook: str | None = None        # this signature's remedy, where it differs from its category's
+    anchors: list[str] | None = None   # words one of which any match contains (None: no such word)
+    _rx: re.Pattern[str] | None = None
 
-
-def R(cat: str, rx: str, weight: int = 10) -> Rule:
-    return Rule(cat, re.compile(rx, re.IGNORECASE), weight)
-
-
-RULES: list[Rule] = [
-    R("unknown_config_key", r"Some (?:keys|specified arguments) are not used by the HfArgumentParser", 30),
-    R("oom", r"OutOfMemoryError|out of memory|HIP out of memory|CUDA error: out of memory|hipErrorOutOfMemory|"
-             r"RuntimeError: \[enforce fail at alloc_cpu|CUBLAS_STATUS_ALLOC_FAILED|Tried to allocate [\d.]+ [GM]iB|"
-             # host RAM: the kernel's OOM killer takes a DataLoader worker first
-             r"DataLoader worker \(pid \d+\) is killed by signal: Killed", 25),
-    R("flash_attn_failure", r"FlashAttention (?:forward |backward )?only supports|FlashAttention backward for head dim|flash_attn_2_cuda|"
-                            r"flash_attn_cuda|flash_attn_interface|flash-attn|flash_attn\b.*(?:error|not)|"
-                            r"does not support this problem|Invalid archs: \[|"
-                            r"FlashAttention2 has been toggled on|ck_tile|fmha_fwd|"
-                            # LLaMA-Factory's configure_attn_implementation (fa3 on a model it cannot give it)
-                            r"Unknown attention type: ", 18),
-    R("bitsandbytes_unavailable", r"bitsandbytes|libbitsandbytes|bnb\.|BNB_ROCM_VERSION|"
-                                  r"compiled without GPU support|CPU-only version of bitsandbytes|"
-                                  r"quantize_4bit|dequantize_4bit|Linear4bit|Params4bit|"
-                                  # bnb's igemmlt failure print: shapes with ctypes c_int, then "error detected"
-                                  r"\(lda, ldb, ldc\): \(c_int|cublasLt ran into an error|^error detected", 16),
-    R("hip_invalid_device_function", r"invalid device function|hipErrorInvalidDeviceFunction|"
-                                     r"hipErrorNoBinaryForGpu|no kernel image is available|"
-                                     r"Unable to find code object for all current devices|"
-                                     r"no binary for gpu|TensileLibrary.*(?:No such file|for GPU arch)|"
-                                     r"rocBLAS error: Cannot read", 20),
-    # a GPU page fault: kernels for the wrong arch (HSA_OVERRIDE_GFX_VERSION) or a broken kernel; the frames
-    # around it (flash-attn, bitsandbytes) refine it like "invalid device function"
-    R("hip_invalid_device_function", r"Memory access fault by GPU node-\d+", 14),
-    R("nccl_rccl_timeout", r"Watchdog caught collective operation timeout|ProcessGroupNCCL.*[Tt]imeout|"
-                           r"NCCL error|RCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
-                           r"ncclRemoteError|DistBackendError|collective operation timeout|"
-                           r"Socket Timeout|Connection reset by peer.*(?:gloo|nccl|rccl)", 15),
-    R("nan_or_divergent_loss", r"'loss': '?nan|\"loss\": NaN|'grad_norm': '?(?:nan|inf)|loss(?:=| is |: )n?an\b|"
-                               r"Loss is NaN|nan loss|detected.*\bnan\b|'loss': inf|grad_norm.: inf", 12),
-    R("bf16_unsupported", r"Your setup doesn't support bf16|At most one of fp16 and bf16|"
-                          r"bf16.*(?:not supported|requires)|does not support `pure_bf16`|"
-                          r"Bfloat16 is only supported", 20),
-    R("template_or_tokenizer", r"Template .* does not exist|chat_template is not set|"
-                               r"Cannot use chat template|tokenizer does not have a padding token|"
-                               r"Current template does not support|Stop words are required|"
-                               r"Asking to pad but the tokenizer", 20),
-    R("dataset_missing", r"Undefined dataset .* in|dataset_info\.json|Cannot open .*dataset|Cannot find valid samples|"
-                         r"File not found.*\.json|Please specify dataset|DatasetNotFoundError|"
-                         r"Couldn't find (?:a )?dataset|Unable to find .*(?:data|dataset)", 18),
-    R("model_path_or_hub", r"gated repo|Repository Not Found|is not a local folder and is not a valid model identifier|"
-                           r"Can't load (?:the )?(?:tokenizer|config|model) for|"
-                           r"Max retries exceeded with url: /.*(?:resolve|api)|huggingface\.co.*timed out|"
-                           r"Connection to huggingface\.co|LocalEntryNotFoundError|"
-                           r"We couldn't connect to 'https://huggingface\.co'|OfflineModeIsEnabled|"
-                           r"HFValidationError|Incorrect path_or_model_id|"
-                           r"does not appear to have (?:a )?files? named", 17),
-    R("deepspeed_config", r"Please correct the following DeepSpeed config values|"
-                          r"DeepSpeed config values that mismatch|ds_config|zero_optimization.*(?:error|invalid)|"
-                          r"Please use `FORCE_TORCHRUN=1` to launch DeepSpeed", 22),
-    R("gpu_not_detected", r"No HIP GPUs are available|No CUDA GPUs are available|fp16 mixed precision requires a GPU|"
-                          r"Torch not compiled with CUDA enabled|"
-                          r"Found no NVIDIA driver|torch\.cuda\.is_available\(\) (?:is|returned) False|"
-                          r"hipErrorNoDevice|no ROCm-capable device|HSA_STATUS_ERROR_OUT_OF_RESOURCES|"
-                          r"Is CUDA available: False|Unable to open /dev/kfd|Failed to get HSA", 18),
-]
-
-NOISE = re.compile(r"ChildFailedError|torch\.distributed\.elastic|Root Cause \(first observed failure\)|"
-                   r"sys\.exit\(main\(\)\)|^\s*File \"|^\s*\^+\s*$|^\s*frame #\d+|Sending process \d+ closing signal|"
-                   r"failed \(exitcode: |Traceback \(most recent call last\)|^={5,}|^-{5,}|"
-                   r"During handling of the above exception|The above exception was the direct cause", re.IGNORECASE)
-# a tqdm progress bar ("  40%|████      | 4/10 [00:02<00:03,  1.9it/s]"): never evidence
-PROGRESS = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\d+/\d+ \[\d+:\d+(?::\d+)?<")
-
-FRAME = re.compile(r'File "([^"]+)", line \d+')
-NOT_INSTALLED = re.compile(r"No module named '?bitsandbytes|No package metadata was found for (?:The ')?bitsandbytes|"
-                           r"pip install (?:-U )?bitsandbytes", re.IGNORECASE)
+    @property
+    def pattern(self) -> re.Pattern[str]:
+        """Compiled on first use: a log meets a handful of the catalog's signatures, not all of them."""
+        if self._rx is None:
+            self._rx = re.compile(self.source_pattern, re.I | re.M)
+        return self._rx
 
 
 @dataclass
-class Classification:
-    category: str
-    playbook: str | None
-    auto_fix: bool
-    evidence: list[str] = field(default_factory=list)
-    summary: str = ""
-    line_no: int | None = None
-    details: dict[str, Any] = field(default_factory=dict)
+class Catalog:
+    categories: dict[str, Category]
+    signatures: list[Signature]
+    frames: list[tuple[re.Pattern[str], str, float]]
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"category": self.category, "playbook": self.playbook, "auto_fix": self.auto_fix,
-                "evidence": self.evidence, "summary": self.summary}
+    def __post_init__(self) -> None:
+        self.exception_sigs = [s for s in self.signatures if s.where == "exception"]
+        self.line_sigs = [s for s in self.signatures if s.where in ("line", "fatal")]
+        # an index from a required word to the signatures that need it: a text is matched only against the
+        # signatures one of its words can satisfy (the catalog has hundreds; a log has thousands of lines)
+        self.by_word: dict[str, list[Signature]] = {}
+        self.unanchored: list[Signature] = []
+        for sig in self.signatures:
+            if sig.anchors is None:
+                self.unanchored.append(sig)
+            else:
+                for w in sig.anchors:
+                    self.by_word.setdefault(w, []).append(sig)
+
+    def signature(self, sig_id: str) -> Signature:
+        return self.ids()[sig_id]
+
+    def ids(self) -> dict[str, Signature]:
+        if not hasattr(self, "_by_id"):
+            self._by_id = {s.id: s for s in self.signatures}
+        return self._by_id
+
+    def candidates(self, text: str) -> list[Signature]:
+        """The signatures that could match ``text`` (the rest certainly cannot), in catalog order."""
+        found: dict[int, Signature] = {id(s): s for s in self.unanchored}
+        for w in set(_WORD.findall(text.lower())):
+            for sig in self.by_word.get(w, ()):
+                found[id(sig)] = sig
+        order = {id(s): i for i, s in enumerate(self.signatures)}
+        return sorted(found.values(), key=lambda s: order[id(s)])
 
 
-def clean_lines(text: str) -> list[str]:
-    """ANSI colours removed, progress-bar carriage returns resolved, rank prefixes stripped, lines capped."""
-    text = ANSI.sub("", text)
-    out = []
-    for raw in text.split("\n"):
-        if "\r" in raw:
-            parts = [p for p in raw.split("\r") if p.strip()]
-            # keep every segment that carries an error, else the last (what the terminal showed)
-            keep = [p for p in parts if re.search(r"error|exception|nan|killed", p, re.I)] or parts[-1:]
-            raw = " ".join(keep)
-        line = RANK_PREFIX.sub("", raw)[:MAX_LINE]
-        out.append(line)
+_WORD = re.compile(r"[a-z0-9_]{4,}")
+
+
+def _options(seq: Any, limit: int = 16) -> list[list[str]]:
+    """The ways a parsed regex can match, each as the literal runs it needs (``re._parser`` AST)."""
+    from re import _constants as c
+
+    opts: list[list[str]] = [[""]]
+
+    def close() -> None:
+        for o in opts:
+            if o[-1]:
+                o.append("")
+
+    for op, av in seq:
+        if op is c.LITERAL:
+            for o in opts:
+                o[-1] += chr(av).lower()
+        elif op is c.SUBPATTERN or op in (c.MAX_REPEAT, c.MIN_REPEAT) or op is c.BRANCH:
+            if op is c.SUBPATTERN:
+                subs = [av[-1]]
+            elif op is c.BRANCH:
+                subs = av[1]
+            else:
+                if av[0] == 0:  # optional: requires nothing
+                    close()
+                    continue
+                subs = [av[2]]
+            close()
+            inner = [o for sub in subs for o in _options(sub, limit)]
+            if op not in (c.SUBPATTERN, c.BRANCH) and inner:  # a repeat: its runs stand alone
+                inner = [o + [""] for o in inner]
+            opts = [a + b for a in opts for b in inner][:limit] or opts
+            close()
+        else:
+            close()
+    return opts
+
+
+def anchors(pattern: str) -> set[str] | None:
+    """A set of lowercase words such that any text the pattern matches contains at least one of them
+    (one word per way the pattern can match); None when some way needs no word of 4+ characters."""
+    import re._parser as sre_parse
+
+    try:
+        tree = sre_parse.parse(pattern, re.I)
+    except (re.error, RecursionError):
+        return None
+    out: set[str] = set()
+    for o in _options(tree):
+        words = [w for run in o for w in _WORD.findall(run)]
+        if not words:
+            return None
+        out.add(max(words, key=len))
     return out
+
+
+def _rx(p: str | None) -> re.Pattern[str] | None:
+    return re.compile(p, re.I | re.M) if p else None
+
+
+def _signature(d: dict[str, Any], curated: bool, source: str, validate: bool = False) -> Signature:
+    try:
+        sig = Signature(
+            id=str(d["id"]), category=str(d["category"]), source_pattern=str(d["pattern"]),
+            confidence=float(d.get("confidence", 0.7)), where=str(d.get("where", "exception")),
+            type=_rx(d.get("type")), package=_rx(d.get("package")),
+            extract={k: str(v) for k, v in (d.get("extract") or {}).items()},
+            refine=[(str(r["near"]), str(r["category"])) for r in d.get("refine") or []],
+            source=str(d.get("source", "")), curated=curated, warning=bool(d.get("warning", False)),
+            playbook=d.get("playbook"),
+            anchors=d["anchors"] if "anchors" in d else None)
+        if "anchors" not in d:
+            found = anchors(sig.source_pattern)
+            sig.anchors = sorted(found) if found is not None else None
+        if validate:
+            sig.pattern  # noqa: B018 - a site file's bad regex is reported when loaded, not when a log meets it
+        return sig
+    except (KeyError, TypeError, ValueError, re.error) as e:
+        raise InputError(f"signature file {source}: bad entry {d.get('id', d)!r}: {e}") from None
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    from ruamel.yaml import YAML
+    from ruamel.yaml.error import YAMLError
+
+    try:
+        data = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as e:
+        raise InputError(f"cannot read signature file {path}: {e}") from None
+    except YAMLError as e:
+        raise InputError(f"signature file {path} is not valid YAML: {str(e).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise InputError(f"signature file {path} must be a mapping with `signatures:` (and `categories:`)")
+    return data
+
+
+def _cached_yaml(path: Path) -> dict[str, Any]:
+    """A YAML file's content, parsed once per version of the file: pure-Python YAML parsing costs more
+    than a log's whole classification, so the parse is kept as JSON in the user cache (keyed by the file's
+    path, size and mtime; an unreadable or stale entry is rebuilt, never an error)."""
+    import hashlib
+
+    from doctor.cache import cache_dir
+
+    try:
+        st = path.stat()
+        key = hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        cached = cache_dir() / "signatures" / f"{path.stem}-{key}.json"
+        return json.loads(cached.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        pass
+    data = _load_yaml(path)
+    for d in data.get("signatures") or []:
+        if isinstance(d, dict) and "pattern" in d and "anchors" not in d:
+            found = anchors(str(d["pattern"]))
+            d["anchors"] = sorted(found) if found is not None else None
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_name(cached.name + f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data), encoding="utf-8")
+        tmp.replace(cached)
+    except (OSError, NameError):
+        pass
+    return data
+
+
+@lru_cache(maxsize=4)
+def load_catalog(extra: str = "") -> Catalog:
+    """The curated catalog, the harvested library signatures, and site files (``ROCM_DOCTOR_SIGNATURES``)."""
+    data = _cached_yaml(CURATED)
+    cats = {name: Category(name, " ".join(str(c.get("summary", "")).split()), c.get("playbook"),
+                           bool(c.get("auto", False)), bool(c.get("stop", False)))
+            for name, c in data["categories"].items()}
+    sigs = [_signature(d, True, str(CURATED)) for d in data["signatures"]]
+    frames = [(re.compile(f["path"], re.I | re.M), f["category"], float(f["confidence"]))
+              for f in data.get("frames", [])]
+    try:
+        lib = json.loads(LIBRARY.read_text(encoding="utf-8"))["signatures"]
+    except (OSError, ValueError, KeyError):
+        lib = []
+    sigs += [_signature(d, False, str(LIBRARY)) for d in lib]
+    for f in [x for x in extra.split(os.pathsep) if x]:
+        site = _cached_yaml(Path(f))
+        for name, c in (site.get("categories") or {}).items():
+            cats[name] = Category(name, " ".join(str(c.get("summary", "")).split()), c.get("playbook"),
+                                  bool(c.get("auto", False)), bool(c.get("stop", False)))
+        sigs = [_signature(d, True, f, validate=True) for d in site.get("signatures") or []] + sigs  # site first
+    for s in sigs:
+        if s.category not in cats:
+            raise InputError(f"signature {s.id}: unknown category {s.category!r}")
+    return Catalog(cats, sigs, frames)
+
+
+def catalog() -> Catalog:
+    return load_catalog(os.environ.get("ROCM_DOCTOR_SIGNATURES", ""))
+
+
+def categories() -> dict[str, Category]:
+    """Every failure category, by name, with its summary and remedy."""
+    return catalog().categories
+
+
+def stops(category: str) -> bool:
+    """A retry cannot fix this category (``stop: true`` in the catalog): the supervisor stops with the
+    diagnosis instead of relaunching."""
+    c = catalog().categories.get(category)
+    return bool(c and c.stop and category != "unknown")
+
+
+# ------------------------------------------------------------------ reading logs
+
+_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def looks_binary(text: str) -> bool:
+    """More than 5 % control characters (besides tab, newline, CR, form feed, ESC for colours) in the first
+    8 KiB: an archive, a core dump or a checkpoint, not a log."""
+    head = text[:8192]
+    return bool(head) and len(_CONTROL.findall(head)) > 0.05 * len(head)
 
 
 def read_log_tail(path_or_bytes: str | bytes, max_bytes: int = MAX_BYTES) -> str:
@@ -202,21 +311,11 @@ def read_log_tail(path_or_bytes: str | bytes, max_bytes: int = MAX_BYTES) -> str
             f.seek(max(0, size - max_bytes))
             data = f.read()
     if b"\x00" in data[:8192] and data.count(b"\x00") > len(data) // 10:
-        data = data.replace(b"\x00", b"")
+        data = data.replace(b"\x00", b"")  # UTF-16 written by a Windows tool
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
         return data.decode("utf-8", "replace")
-
-
-_CONTROL = re.compile(r"[\x00-\x08\x0e-\x1a\x1c-\x1f\x7f]")
-
-
-def looks_binary(text: str) -> bool:
-    """More than 5 % control characters (besides tab, newline, CR, form feed, ESC for colours) in the first
-    8 KiB: an archive, a core dump or a checkpoint, not a log."""
-    head = text[:8192]
-    return bool(head) and len(_CONTROL.findall(head)) > 0.05 * len(head)
 
 
 def read_log(arg: str) -> str:
@@ -238,119 +337,391 @@ def read_log(arg: str) -> str:
     return text
 
 
-def _context_category(lines: list[str], i: int, cat: str) -> str:
-    """Refine a generic match by the frames and lines around it."""
-    window = "\n".join(lines[max(0, i - 40): i + 15])
-    if cat == "hip_invalid_device_function":
-        if re.search(r"flash_attn|flash-attn|ck_tile|fmha|aotriton|scaled_dot_product", window, re.I):
-            return "flash_attn_failure"
-        if re.search(r"bitsandbytes|bnb[./]|libbitsandbytes", window, re.I):
-            return "bitsandbytes_unavailable"
-    if cat == "bitsandbytes_unavailable":
-        if re.search(r"invalid device function|hipErrorNoBinaryForGpu", window, re.I):
-            return "bitsandbytes_unavailable"
-    if cat == "nccl_rccl_timeout" and re.search(r"out of memory", window, re.I):
-        return "oom"
-    return cat
+# ------------------------------------------------------------------ the verdict
+
+@dataclass
+class Classification:
+    category: str
+    playbook: str | None
+    auto_fix: bool
+    evidence: list[str] = field(default_factory=list)
+    summary: str = ""
+    line_no: int | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+    confidence: float = 0.0
+    alternatives: list[dict[str, Any]] = field(default_factory=list)
+    signature: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"category": self.category, "playbook": self.playbook, "auto_fix": self.auto_fix,
+                "evidence": self.evidence, "summary": self.summary, "confidence": round(self.confidence, 2),
+                "alternatives": self.alternatives, "signature": self.signature}
 
 
-def _unknown_keys(line: str) -> list[str]:
-    m = re.search(r"HfArgumentParser: \[(.*)\]", line)
-    return re.findall(r"'([^']+)'", m.group(1)) if m else []
+@dataclass
+class _Hit:
+    category: str
+    score: float
+    line: int
+    signature: str
+    details: dict[str, Any] = field(default_factory=dict)
 
 
+def _context(log: ParsedLog, exc: Exc | None, line: int) -> str:
+    frames = "\n".join(f.path for f in exc.frames) if exc is not None else ""
+    return frames + "\n" + log.window(line)
+
+
+def _match(sig: Signature, text: str, exc: Exc | None) -> re.Match[str] | None:
+    if sig.type is not None and (exc is None or not sig.type.search(exc.type)):
+        return None
+    if sig.package is not None and (exc is None or not any(sig.package.search(p) for p in exc.packages)):
+        return None
+    return sig.pattern.search(text)
+
+
+def _refined(sig: Signature, log: ParsedLog, exc: Exc | None, line: int) -> str:
+    if not sig.refine:
+        return sig.category
+    ctx = _context(log, exc, line)
+    for near, cat in sig.refine:
+        if re.search(near, ctx, re.I):
+            return cat
+    return sig.category
+
+
+def _extract(sig: Signature, log: ParsedLog, line: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    ctx = "\n".join(log.lines[line:line + 6])
+    for k, rx in sig.extract.items():
+        m = re.search(rx, ctx, re.I)
+        if m:
+            out[k] = m.group(1)
+    return out
+
+
+def match_message(text: str, exc_type: str = "") -> Signature | None:
+    """The best signature for one message (what ``scripts/harvest_messages.py --uncovered`` asks)."""
+    cat = catalog()
+    exc = Exc(exc_type or "", text, 0)
+    full = f"{exc_type}: {text}" if exc_type else text
+    best = None
+    for sig in cat.exception_sigs + cat.line_sigs:
+        if _match(sig, full, exc) and (best is None or sig.confidence > best.confidence):
+            best = sig
+    return best
+
+
+def _hits_for(cat: Catalog, log: ParsedLog, text: str, exc: Exc | None, line: int, weight: float,
+              kinds: tuple[str, ...]) -> list[_Hit]:
+    """Every signature of ``kinds`` (exception / line / fatal) that matches ``text``, weighted."""
+    hits = []
+    for sig in cat.candidates(text):
+        if sig.where not in kinds:
+            continue
+        if _match(sig, text, exc) is None:
+            continue
+        w = weight * (W_FATAL / W_LINE if sig.where == "fatal" and weight == W_LINE else 1.0)
+        hits.append(_Hit(_refined(sig, log, exc, line), sig.confidence * w * (1.0 if sig.curated else 0.97),
+                         line, sig.id, _extract(sig, log, line)))
+    return hits
+
+
+def _exception_hits(cat: Catalog, log: ParsedLog, exc: Exc, weight: float) -> list[_Hit]:
+    # a message over several lines is one text (a paste wraps "killed by signal: Bus\nerror.")
+    return _hits_for(cat, log, " ".join(exc.text.split()), exc, exc.line_no, weight, ("exception", "line", "fatal"))
+
+
+def _frame_hit(cat: Catalog, exc: Exc, weight: float) -> _Hit | None:
+    if not exc.frames:
+        return None
+    # the innermost frame that a rule knows decides ("path/below/package.py:function", then its source line)
+    for f in reversed(exc.frames[-3:]):
+        where = f"{f.where}:{f.func}" + (f"\n{f.code}" if f.code else "")
+        for rx, c, conf in cat.frames:
+            if rx.search(where):
+                return _Hit(c, conf * weight, exc.line_no, f"frame:{f.where}")
+    return None
+
+
+def _loss_hits(log: ParsedLog) -> list[_Hit]:
+    hits: list[_Hit] = []
+    seen_positive = False
+    for i, vals in log.hf_logs:
+        loss, gn = vals.get("loss"), vals.get("grad_norm")
+        for name, v in (("loss", loss), ("grad_norm", gn)):
+            if v is not None and (v != v or v in (float("inf"), float("-inf"))):
+                hits.append(_Hit("nan_or_divergent_loss", 0.88 * W_LOSS, i, f"hf-log-{name}-nonfinite",
+                                 {name: str(v)}))
+                return hits
+        if loss is not None and loss == 0.0 and ("learning_rate" in vals or "current_steps" in vals or gn is not None):
+            conf = 0.82 if seen_positive or (gn is not None and (gn == 0.0 or gn != gn)) else 0.7
+            hits.append(_Hit("nan_or_divergent_loss", conf * W_LOSS, i, "hf-log-loss-zero", {"loss": "0.0"}))
+            return hits
+        if loss:
+            seen_positive = True
+    return hits
+
+
+def _root(log: ParsedLog) -> tuple[Exc | None, list[Exc]]:
+    """The root exception (the first failing rank's original) and the rest of its chain."""
+    tbs = [tb for tb in log.tracebacks if tb.final.short_type not in WRAPPERS and tb.final.type] or \
+        [tb for tb in log.tracebacks if not tb.final.type and tb.final.frames]  # only a cut traceback is left
+    rank = log.launcher.get("rank")
+    if rank is not None:
+        mine = [tb for tb in tbs if tb.rank == rank]
+        tbs = mine or tbs
+    if not tbs:
+        loose = [e for e in log.loose if e.short_type not in WRAPPERS]
+        return (loose[0], []) if loose else (None, [])
+    tb = tbs[0]
+    chain = [e for e in tb.chain if e.short_type not in WRAPPERS]
+    if chain and not chain[0].type and not chain[0].frames:
+        chain = chain[1:]
+    return (chain[0], chain[1:]) if chain else (None, [])
+
+
+def _text_lines(log: ParsedLog, skip: set[int]) -> list[int]:
+    """The lines worth matching as text: not inside an exception already judged, not a traceback's
+    frame or quoted source line, not a warning or a progress bar; at most the first and last 300."""
+    from doctor.logparse import FRAME, PROGRESS_BAR
+
+    out = []
+    prev_frame = False
+    for i, ln in enumerate(log.lines):
+        is_frame = bool(FRAME.match(ln))
+        quoted = prev_frame and ln.startswith("    ")
+        prev_frame = is_frame
+        if i in skip or not ln.strip() or is_frame or quoted or PROGRESS_BAR.search(ln):
+            continue
+        out.append(i)
+    return out if len(out) <= 600 else out[:300] + out[-300:]
+
+
+def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
+    hits: list[_Hit] = []
+    root, rest = _root(log)
+    judged: set[int] = set()
+    if root is not None:
+        hits += _exception_hits(cat, log, root, W_ROOT)
+        judged |= set(range(root.line_no, root.line_no + 1 + root.message.count("\n")))
+        for e in rest:
+            hits += _exception_hits(cat, log, e, W_CHAIN)
+            judged |= set(range(e.line_no, e.line_no + 1 + e.message.count("\n")))
+        if not hits:
+            for e, w in [(root, W_ROOT)] + [(e, W_CHAIN) for e in rest]:
+                fh = _frame_hit(cat, e, w)
+                if fh is not None:
+                    hits.append(fh)
+                    break
+    others = [e for e in log.exceptions() if e.line_no not in judged and e.short_type not in WRAPPERS]
+    for e in others[:60] + others[-60:] if len(others) > 120 else others:
+        if WARNING_LINE.search(log.lines[e.line_no]):
+            continue
+        hits += _exception_hits(cat, log, e, W_OTHER)
+        judged |= set(range(e.line_no, e.line_no + 1 + e.message.count("\n")))
+    # any other line: runtime messages (HSA faults, RCCL), the shell's "Killed", and library messages pasted
+    # without their exception type (a cut log, a logger's line)
+    for i in _text_lines(log, judged):
+        ln = log.lines[i]
+        warned = bool(WARNING_LINE.search(ln)) and "NCCL WARN" not in ln
+        for h in _hits_for(cat, log, ln, None, i, W_LINE, ("line", "fatal")) + \
+                _hits_for(cat, log, ln, None, i, W_TEXT, ("exception",)):
+            sig = cat.signature(h.signature)
+            if (sig.type or sig.package) and sig.where == "exception":
+                continue  # needs an exception's type or frames, which a bare line has not
+            if warned and not sig.warning:
+                continue  # a warning is context, not the cause, unless the signature says it foretells one
+            hits.append(h)
+    hits += _loss_hits(log)
+    if root is None:  # a paste cut before the exception: the quoted `raise X("...")` it was heading for
+        for q in log.quoted[:40]:
+            hits += _exception_hits(cat, log, q, W_QUOTED)
+    return hits
+
+
+ERRORISH = re.compile(r"error|exception|traceback|fail|fatal|killed|abort|segmentation|core dumped|denied|"
+                      r"cannot|can't|unable to|invalid|timed? ?out|no such file|not found", re.I)
+SUCCESS = re.compile(r"train_runtime|Training completed|\*{5} train metrics|Saving model checkpoint to|"
+                     r"Training finished|Finished training", re.I)
+
+
+def _stalled(log: ParsedLog) -> _Hit | None:
+    """A log that shows a run at work and then simply stops, with no error anywhere and no sign of the run
+    finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
+    body = [ln for ln in log.lines if ln.strip()]
+    if len(body) < 3 or any(ERRORISH.search(ln) for ln in body) or any(SUCCESS.search(ln) for ln in body):
+        return None
+    from doctor.logparse import LOG_RECORD, PROGRESS_BAR
+
+    last = body[-1]
+    if PROGRESS_BAR.search(last) or LOG_RECORD.match(last) or re.search(r"\d+%\|", last) or "NCCL INFO" in last \
+            or re.match(r"\s*\{['\"](?:loss|eval_loss)", last):
+        return _Hit("hang", 0.45, len(log.lines) - 1, "log-ends-without-error")
+    return None
+
+
+def _launcher_hit(log: ParsedLog, exit_code: int | None, signal_name: str | None) -> _Hit | None:
+    sig = signal_name or log.launcher.get("signal")
+    code = exit_code if exit_code is not None else log.launcher.get("exit_code")
+    if sig in ("SIGKILL", "SIGTERM", "SIGINT") or code in (137, -9, 143, -15):
+        line = log.launcher.get("signal_line", log.launcher.get("root_cause_line", max(0, len(log.lines) - 1)))
+        return _Hit("killed_by_signal", 0.62, line, "launcher-signal", {"signal": sig, "exit_code": code})
+    return None
+
+
+def classify_text(text: str, exit_code: int | None = None, signal_name: str | None = None) -> Classification:
+    cat = catalog()
+    log = parse(text)
+    hits = _candidates(cat, log)
+    lh = _launcher_hit(log, exit_code, signal_name)
+    if lh is not None and not hits:
+        hits.append(lh)
+    # best score per category; ties go to the earliest line (the first error is the cause)
+    best: dict[str, _Hit] = {}
+    for h in hits:
+        b = best.get(h.category)
+        if b is None or h.score > b.score + 1e-9 or (abs(h.score - b.score) < 1e-9 and h.line < b.line):
+            best[h.category] = h
+    ranked = sorted(best.values(), key=lambda h: (-h.score, h.line))
+    if not ranked or ranked[0].score < THRESHOLD:
+        stalled = _stalled(log)
+        if stalled is not None:
+            ranked = [stalled] + ranked
+    if not ranked or ranked[0].score < THRESHOLD:
+        c = cat.categories["unknown"]
+        tail = [ln.strip()[:500] for ln in log.lines if ln.strip()][-3:]
+        return Classification("unknown", None, False, tail, c.summary, None, {},
+                              ranked[0].score if ranked else 0.0,
+                              [{"category": h.category, "confidence": round(h.score, 2)} for h in ranked[:2]])
+    top = ranked[0]
+    return _verdict(cat, log, top, ranked[1:3])
+
+
+def _evidence(log: ParsedLog, i: int) -> list[str]:
+    from doctor.logparse import CHAIN_CAUSE, CHAIN_CONTEXT, FRAME, TRACEBACK
+
+    out = [i]
+    for j in range(i + 1, min(len(log.lines), i + 8)):
+        ln = log.lines[j]
+        if not ln.strip() or FRAME.match(ln) or TRACEBACK.match(ln) or CHAIN_CONTEXT.search(ln) \
+                or CHAIN_CAUSE.search(ln) or re.search(r"\d+%\|.*\|\s*\d+/\d+", ln) or ln.startswith("    "):
+            continue
+        out.append(j)
+        if len(out) == 4:
+            break
+    return [log.lines[j].strip()[:500] for j in out]
+
+
+_NOT_INSTALLED = re.compile(r"No module named '?bitsandbytes|No package metadata was found for (?:The ')?bitsandbytes|"
+                            r"pip install (?:-U )?bitsandbytes", re.I)
 TRAINING_KEYS = {"per_device_train_batch_size", "learning_rate", "num_train_epochs", "output_dir", "do_train",
                  "gradient_accumulation_steps", "lr_scheduler_type", "logging_steps", "save_steps", "stage",
                  "finetuning_type", "dataset", "cutoff_len", "bf16", "fp16", "lora_target", "template"}
 
 
-def _is_source_line(lines: list[str], i: int) -> bool:
-    """The quoted source line under a traceback frame (``raise ValueError(f"...")``): not the error itself."""
-    return i > 0 and lines[i].startswith(" ") and bool(FRAME.search(lines[i - 1]))
-
-
-def classify_text(text: str, exit_code: int | None = None, signal_name: str | None = None) -> Classification:
-    lines = clean_lines(text)
-    first = _first_error(lines, skip_source=True) or _first_error(lines, skip_source=False)
-    return _classification(lines, first, exit_code, signal_name)
-
-
-def _first_error(lines: list[str], skip_source: bool) -> tuple[int, Rule] | None:
-    first: tuple[int, Rule] | None = None
-    for i, line in enumerate(lines):
-        if not line.strip() or NOISE.search(line) and not re.search(r"Error:|error:", line):
-            continue
-        if skip_source and _is_source_line(lines, i):
-            continue
-        best = None
-        for rule in RULES:
-            if rule.pattern.search(line) and (best is None or rule.weight > best.weight):
-                best = rule
-        if best is None:
-            continue
-        # warnings are context, not causes: a line must look like an error, or be a loss/log record
-        if re.match(r"\s*\[?(WARNING|WARN|INFO)\b", line) and best.category not in ("nan_or_divergent_loss",):
-            if not re.search(r"Error|error:|Exception|Traceback|failed|nan", line):
-                continue
-        first = (i, best)
-        if best.category != "nan_or_divergent_loss":
-            break  # the first real error is the root cause
-        # a NaN line may precede a crash caused by it; keep it, but keep scanning for a hard error
-        for j in range(i + 1, len(lines)):
-            for rule in RULES:
-                if rule.category in ("oom", "flash_attn_failure", "hip_invalid_device_function") and \
-                        rule.pattern.search(lines[j]) and not NOISE.search(lines[j]):
-                    first = (j, rule)
-                    break
-            else:
-                continue
-            break
-        break
-    return first
-
-
-def _classification(lines: list[str], first: tuple[int, Rule] | None, exit_code: int | None,
-                    signal_name: str | None) -> Classification:
-    if first is None:
-        if signal_name or (exit_code is not None and exit_code in (137, -9, 143, -15)):
-            cat = "killed_by_signal"
-            pb, auto, summ = CATEGORIES[cat]
-            ev = [ln for ln in lines if re.search(r"Killed|SIGKILL|signal", ln)][-3:]
-            return Classification(cat, pb, auto, ev, summ, details={"signal": signal_name, "exit_code": exit_code})
-        pb, auto, summ = CATEGORIES["unknown"]
-        tail = [ln for ln in lines if ln.strip()][-3:]
-        return Classification("unknown", pb, auto, tail, summ)
-    i, rule = first
-    cat = _context_category(lines, i, rule.category)
-    details: dict[str, Any] = {}
-    summary_extra = ""
-    if cat == "unknown_config_key":
-        keys = _unknown_keys(lines[i])
+def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Classification:
+    c = cat.categories[top.category]
+    details = dict(top.details)
+    summary, pb, auto = c.summary, c.playbook, c.auto
+    window = log.window(top.line, 3, 4)
+    if top.category == "unknown_config_key":
+        m = re.search(r"HfArgumentParser: \[(.*)\]", window)
+        keys = re.findall(r"'([^']+)'", m.group(1)) if m else []
         details["keys"] = keys
+        if keys and all(not k.replace("\\r", "").replace("\\n", "").strip() for k in keys):
+            return Classification("unknown", None, False, _evidence(log, top.line),
+                                  "The argument list holds a carriage return ('\\r'): the launch script has Windows line "
+                                  "endings, so every line's end became an argument. Convert it (`dos2unix train.sh`); "
+                                  "this is not a config key problem.", top.line + 1, {"crlf": True},
+                                  round(min(top.score, 0.99), 2), [], top.signature)
         if len(set(keys) & TRAINING_KEYS) >= 3:
-            summary_extra = (" The rejected keys are ordinary training keys: the YAML was probably passed to the "
-                             "wrong subcommand (e.g. `llamafactory-cli chat/export` instead of `train`).")
-    if cat == "nccl_rccl_timeout":
-        m = re.search(r"SeqNum=(\d+)", "\n".join(lines[i:i + 5]))
+            summary += (" The rejected keys are ordinary training keys: the YAML was probably passed to the wrong "
+                        "subcommand (e.g. `llamafactory-cli chat/export` instead of `train`).")
+    elif top.category == "nccl_rccl_timeout":
+        m = re.search(r"SeqNum=(\d+)", "\n".join(log.lines[top.line:top.line + 5]))
         if m:
-            seq = int(m.group(1))
-            details["seq_num"] = seq
-            summary_extra = (f" SeqNum {seq} is early: rank 0 was most likely still preprocessing; raise ddp_timeout."
-                             if seq < 50 else f" SeqNum {seq} is mid-training: one rank stopped issuing collectives "
-                             "(hang, straggler or a dead link); raising ddp_timeout alone rarely helps.")
-    pb, auto, summ = CATEGORIES[cat]
-    if cat == "bitsandbytes_unavailable" and NOT_INSTALLED.search("\n".join(lines[max(0, i - 3):i + 4])):
+            seq = details["seq_num"] = int(m.group(1))
+            if seq < 50:
+                summary += f" SeqNum {seq} is early: rank 0 was most likely still preprocessing; raise ddp_timeout."
+            else:
+                summary += (f" SeqNum {seq} is mid-training: one rank stopped issuing collectives (hang, straggler or a "
+                            "dead link); raising ddp_timeout alone rarely helps.")
+                pb, auto = None, False
+    elif top.category == "bitsandbytes_unavailable" and _NOT_INSTALLED.search(window):
         details["not_installed"] = True
-        summ = ("bitsandbytes is not installed in this environment, and QLoRA (`quantization_bit`) needs it. Fall "
-                "back from QLoRA to 16-bit LoRA, or install bitsandbytes (>= 0.49 ships ROCm binaries).")
-    if cat == "nccl_rccl_timeout" and details.get("seq_num", 0) >= 50:
-        pb, auto = None, False
-    ev_idx = [i] + [j for j in range(i + 1, min(len(lines), i + 6))
-                    if lines[j].strip() and not NOISE.search(lines[j]) and not PROGRESS.search(lines[j])
-                    and not _is_source_line(lines, j)][:3]
-    evidence = [lines[j].strip()[:500] for j in ev_idx]
-    return Classification(cat, pb, auto, evidence, summ + summary_extra, line_no=i + 1, details=details)
+        summary = ("bitsandbytes is not installed in this environment, and QLoRA (`quantization_bit`) needs it. Fall "
+                   "back from QLoRA to 16-bit LoRA, or install bitsandbytes (>= 0.49 ships ROCm binaries).")
+    elif top.category == "killed_by_signal":
+        details.setdefault("signal", log.launcher.get("signal"))
+        details.setdefault("exit_code", log.launcher.get("exit_code"))
+    sig = cat.signature(top.signature) if top.signature in cat.ids() else None
+    if sig is not None and sig.playbook:
+        pb, auto = sig.playbook, True
+    if top.category == "extension_build_failed" and re.search(r"flash[-_]attn|flash-attention|composable_kernel|ck_tile",
+                                                                 "\n".join(log.lines), re.I):
+        pb, auto = "disable-flash-attn", True
+        summary += " The failing build is flash-attn: train without it (`flash_attn: sdpa`) until a build for this GPU exists."
+    if top.signature.startswith("frame:"):
+        summary = f"(Judged by where the error was raised, {top.signature[6:]}: no known message matched.) " + summary
+    return Classification(top.category, pb, bool(pb) and auto if top.category != "killed_by_signal" else True,
+                          _evidence(log, top.line), summary, top.line + 1, details, round(min(top.score, 0.99), 2),
+                          [{"category": h.category, "confidence": round(h.score, 2)} for h in alts], top.signature)
 
 
 def classify_file(path: str, **kw: Any) -> Classification:
     return classify_text(read_log_tail(path), **kw)
+
+
+# ------------------------------------------------------------------ docs
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|")
+
+
+def markdown_table() -> str:
+    """The README's table of categories, generated from the catalog."""
+    cat = catalog()
+    counts: dict[str, int] = {}
+    for s in cat.signatures:
+        counts[s.category] = counts.get(s.category, 0) + 1
+    rows = ["| category | playbook (auto) or stop | signatures | what happened |", "|---|---|---|---|"]
+    for name, c in cat.categories.items():
+        remedy = f"`{c.playbook}`" + (" (auto)" if c.auto else "") if c.playbook else (
+            "retry once" if c.auto else "stop")
+        rows.append(f"| `{name}` | {remedy} | {counts.get(name, 0)} | {_cell(c.summary.split('. ')[0].rstrip('.'))}. |")
+    return "\n".join(rows)
+
+
+def markdown_page() -> str:
+    """docs/categories.md: every category with its remedy, and every curated signature with its source."""
+    cat = catalog()
+    out = ["# Failure categories and signatures", "",
+           "Generated by `rocm-doctor explain --list --markdown` from `playbooks/signatures.yaml` and "
+           "`playbooks/signatures-library.json`; do not edit by hand.", "",
+           "`explain` and `train` classify a log by its root exception (the first failing rank's original one), "
+           "matched against these signatures; other evidence (runtime lines, HF log dicts, the launcher's signal) "
+           "competes at lower weight, and where no message matches, the package that raised decides at low "
+           "confidence. Below 0.4 the answer is `unknown`.", ""]
+    lib: dict[str, int] = {}
+    for s in cat.signatures:
+        if not s.curated:
+            lib[s.category] = lib.get(s.category, 0) + 1
+    for name, c in cat.categories.items():
+        remedy = (f"playbook `{c.playbook}` ({'applied automatically' if c.auto else 'asks first'})" if c.playbook
+                  else "retried once unchanged" if c.auto else "stop: a retry cannot fix it")
+        out += [f"## {name}", "", f"*Remedy:* {remedy}", "", c.summary, ""]
+        sigs = [s for s in cat.signatures if s.category == name and s.curated]
+        if sigs:
+            out += ["| signature | matches | where | confidence | source |", "|---|---|---|---|---|"]
+            for s in sigs:
+                out.append(f"| `{s.id}` | `{_cell(s.source_pattern[:90])}` | {s.where} | {s.confidence:.2f} | "
+                           f"{_cell(s.source)} |")
+            out.append("")
+        if lib.get(name):
+            out += [f"Plus {lib[name]} messages harvested from the libraries' sources "
+                    "(`playbooks/signatures-library.json`).", ""]
+    frames = "".join(f"\n| `{_cell(rx.pattern)}` | `{c}` | {conf:.2f} |" for rx, c, conf in cat.frames)
+    out += ["## Where no message matches", "", "The innermost frame that a rule knows decides:", "",
+            "| frame (path:function, source line) | category | confidence |", "|---|---|---|" + frames, ""]
+    return "\n".join(out)

@@ -55,6 +55,9 @@ def drop_unknown_keys(cm: Any, inp: PatchInput, out: Outcome) -> None:
 def disable_flash_attn(cm: Any, inp: PatchInput, out: Outcome) -> None:
     cur = str(cm.get("flash_attn", "auto"))
     sdpa_broken = any(getattr(f, "id", "") == "ATTN002" for f in inp.findings)
+    diverged = getattr(inp.classification, "category", None) == "nan_or_divergent_loss"
+    if diverged and cur not in ("fa2", "fa3"):
+        return  # a NaN loss without an explicit flash-attn kernel: not the suspect (lower-lr comes next)
     if cur in ("fa2", "fa3") and not sdpa_broken:
         new = "sdpa"
     elif cur != "disabled":
@@ -116,3 +119,31 @@ def lower_lr(cm: Any, inp: PatchInput, out: Outcome) -> None:
     if mgn is None or mgn > 1.0:
         out.changes.append(f"max_grad_norm: {fmt(cm.get('max_grad_norm', 'unset'))} -> 1.0")
         set_key(cm, "max_grad_norm", 1.0, after="learning_rate")
+
+
+def dataloader_no_workers(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    """No worker processes, so nothing goes through /dev/shm; stop when there were none to begin with."""
+    dl = _num(cm.get("dataloader_num_workers", 0)) or 0
+    pp = _num(cm.get("preprocessing_num_workers", 1)) or 1
+    if dl > 0:
+        out.changes.append(f"dataloader_num_workers: {fmt(cm.get('dataloader_num_workers'))} -> 0")
+        set_key(cm, "dataloader_num_workers", 0)
+    if pp > 1:
+        out.changes.append(f"preprocessing_num_workers: {fmt(cm.get('preprocessing_num_workers'))} -> 1")
+        set_key(cm, "preprocessing_num_workers", 1)
+    if not out.changes:
+        out.stop = ("/dev/shm is exhausted although no DataLoader worker uses it (NCCL's shared-memory transport "
+                    "or another process): start the container with --shm-size=16g or --ipc=host")
+
+
+FP16_OVERFLOW = ("ds-loss-scale-min", "fp16-overflow-min", "fp16-overflow")
+
+
+def fp16_to_bf16(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    """fp16 -> bf16, only where the failure shows fp16's loss scaling collapse (not for any NaN)."""
+    sig = getattr(inp.classification, "signature", None)
+    if cm.get("fp16") is not True or sig not in FP16_OVERFLOW:
+        return
+    out.changes.append("fp16: removed; bf16: true (fp16's loss scale collapsed: the values overflow its range)")
+    delete_key(cm, "fp16")
+    set_key(cm, "bf16", True)

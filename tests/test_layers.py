@@ -19,7 +19,8 @@ LAYERS: list[set[str] | tuple[str, ...]] = [
     ("checks", "playbooks"),
     {"doctor.registry", "doctor.findings", "doctor.context", "doctor.worker"},
     {"doctor.config", "doctor.redact", "doctor.checkpoints", "doctor.machine", "doctor.gpuinfo", "doctor.lfschema",
-     "doctor.classify", "doctor.procs", "doctor.stack", "doctor.cache", "doctor.archs", "doctor"},
+     "doctor.classify", "doctor.procs", "doctor.stack", "doctor.cache", "doctor.archs", "doctor.logparse",
+     "doctor.term", "doctor"},
 ]
 WORKER_SIDE = ("doctor.probes", "doctor._worker_main", "doctor.demo_model")
 

@@ -93,7 +93,8 @@ def test_qlora_without_bitsandbytes_falls_back_to_lora(work, tiny_llama3):
 @stack
 @slow
 def test_divergence_stopped_early_then_fixed(work, tiny_llama3):
-    cfg = write_config(work / "cfg.yaml", **base_config(tiny_llama3, learning_rate=1000.0, max_steps=20))
+    # flash_attn: fa2 (LLaMA-Factory falls back on this CPU): the explicit kernel is the first suspect
+    cfg = write_config(work / "cfg.yaml", **base_config(tiny_llama3, learning_rate=1000.0, max_steps=20, flash_attn="fa2"))
     r, run = train(work, cfg, "--no-preflight", "--max-attempts", "4")
     assert r.returncode == 0, r.stdout[-3000:]
     att = run["attempts"]

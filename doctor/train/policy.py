@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.checkpoints import last_good
-from doctor.classify import DETERMINISTIC
+from doctor.classify import stops
 from doctor.config import clone
 from playbooks import PatchInput, Playbook, apply, delete_key, set_key
 
@@ -74,7 +74,7 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
         if history.count("killed_by_signal") > 1:
             return Stop("killed by a signal twice; not retrying again (check dmesg for the OOM killer)")
         note = "Retrying once unchanged, resuming from the last checkpoint."
-    elif cat in DETERMINISTIC:
+    elif stops(cat):
         return Stop(f"{cat}: {failure.summary} (a retry cannot fix this)")
     else:
         chosen = None
