@@ -62,9 +62,12 @@ ATTN005 = Code(
 
 ATTN006 = Code(
     AREA, "ATTN006", Severity.WARNING, 'Experimental AOTriton arch without the opt-in',
-    why='On experimental archs SDPA flash/mem-efficient are disabled unless '
-        'TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1, so SDPA falls back to the math kernel.',
-    fix='export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 (the probe checks the kernels are correct).',
+    why="On the archs the AOTriton version torch ships calls experimental, SDPA's flash and mem-efficient "
+        "kernels stay off unless TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1, so SDPA falls back to the math "
+        "kernel (O(N²) memory). The set depends on the AOTriton version (0.9: gfx950, gfx1201; from 0.10 those "
+        "two graduate and RDNA3/3.5 parts such as gfx1101/1102/1103/1150/1200 are experimental), so the verdict "
+        "comes from torch's own warning in the attention probe, not from a table.",
+    fix='export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1 (exactly 1; the probe checks the kernels are correct).',
 )
 
 ATTN007 = Code(
@@ -76,7 +79,15 @@ ATTN007 = Code(
     playbook='disable-flash-attn', autofix=True,
 )
 
-CODES = (ATTN000, ATTN001, ATTN002, ATTN003, ATTN004, ATTN005, ATTN006, ATTN007)
+ATTN008 = Code(
+    AREA, "ATTN008", Severity.WARNING, 'TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL has an ignored value',
+    why="torch reads the opt-in with c10::utils::check_env, which accepts only `1` (and `0`): `TRUE`, `true`, "
+        "`on` print `Ignoring invalid value for boolean flag` and leave the experimental AOTriton kernels off "
+        "(pytorch c10/util/env.cpp).",
+    fix='export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1',
+)
+
+CODES = (ATTN000, ATTN001, ATTN002, ATTN003, ATTN004, ATTN005, ATTN006, ATTN007, ATTN008)
 
 
 def _precision(ctx: Context) -> str:
@@ -129,11 +140,16 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
     if v is not None and v != "TRUE" and v.lower() in ("1", "true", "yes", "on"):
         out.append(ATTN004.finding(f"FLASH_ATTENTION_TRITON_AMD_ENABLE={v!r} is ignored",
                         "flash-attn compares the value with the exact string `TRUE`.", value=v))
-    if hip and arch in archs.AOTRITON_EXPERIMENTAL and env.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL", "") \
-            not in ("1", "TRUE", "true", "ON", "on"):
-        out.append(ATTN006.finding(f"{arch}: SDPA flash/mem-efficient kernels are experimental and off",
-                        "PyTorch disables them on this arch without TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.",
-                        arch=arch))
+    opt_in = env.get("TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL")
+    if opt_in is not None and opt_in.strip() not in ("0", "1"):
+        out.append(ATTN008.finding(f"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL={opt_in!r} is ignored",
+                                   "torch reads it with c10::utils::check_env, which accepts only 0 and 1: any other "
+                                   "value prints `Ignoring invalid value for boolean flag` and leaves the "
+                                   "experimental kernels off.", value=opt_in))
+    warned = [w for w in (data or {}).get("sdpa_warnings") or [] if "still experimental" in w]
+    if hip and warned and (opt_in or "").strip() != "1":
+        out.append(ATTN006.finding(f"{arch}: SDPA flash/mem-efficient kernels are experimental here and off",
+                                   f"torch says: {warned[0]}", arch=arch, torch_warnings=warned))
     lf = lf_attention(choice, gpu_visible)
     impl = lf["impl"] if lf else None
     if impl and impl.startswith("error:"):

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 import statistics
+from collections import Counter
 from typing import Any
 
 from doctor import gpuinfo
@@ -52,9 +54,48 @@ GPU005 = Code(
     fix='Nothing to do on a CPU machine.',
 )
 
-CODES = (GPU000, GPU001, GPU002, GPU003, GPU004, GPU005)
+GPU006 = Code(
+    AREA, "GPU006", Severity.WARNING, 'An integrated GPU is visible beside the discrete one(s)',
+    why="The APU's iGPU (Raphael gfx1036, Phoenix gfx1103, Strix gfx1150/1151, Vega APUs gfx90c/902, ...) is "
+        "enumerated with the discrete GPUs. torch counts it as a device: `shared object initialization failed`, "
+        "`hipErrorInvalidImage` or `invalid device function` when a kernel lands on it (no wheel ships its "
+        "arch), RCCL hangs when a rank takes it, and a 512 MiB carve-out as \"GPU 0\".",
+    fix='Hide it: `export ROCR_VISIBLE_DEVICES=<discrete indices>` (rocm-doctor fix prints the value), or '
+        'disable the iGPU in the BIOS.',
+    playbook='hide-igpu', autofix=True,
+)
+
+GPU007 = Code(
+    AREA, "GPU007", Severity.INFO, 'GPU index map',
+    why='HIP/torch, ROCR_VISIBLE_DEVICES, amd-smi/rocm-smi and the kernel number the same GPUs differently '
+        '(amd-smi indices are not HIP indices); the map joins them by PCI address.',
+    fix='Nothing to do; use the HIP index in HIP_VISIBLE_DEVICES / CUDA_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES '
+        '(before any other filter).',
+)
+
+CODES = (GPU000, GPU001, GPU002, GPU003, GPU004, GPU005, GPU006, GPU007)
 
 BUSY_MIB = 1024
+DISPLAY_MIB = 2048  # a desktop holds 0.3-2 GiB of a Radeon/GeForce for the screen
+
+
+def display_only(g: dict[str, Any]) -> bool:
+    """A desktop GPU whose memory is the display's: no compute process, 0 % busy, at most 2 GiB, not a
+    datacenter part (those have no display engine in use)."""
+    name = str(g.get("name") or "")
+    datacenter = bool(re.search(r"Instinct|\bMI\d{2,3}|\b[AHBL]\d{2,3}\b|\bH200|Tesla|\bA100|\bV100", name))
+    return (not datacenter and not g.get("processes") and (g.get("util_pct") or 0) == 0
+            and (g.get("vram_used_mib") or 0) <= DISPLAY_MIB)
+
+
+def index_map(gpus: list[dict[str, Any]]) -> str:
+    rows = ["HIP  SMI  KFD  BDF           arch      name"]
+    for g in gpus:
+        smi = g.get("smi_index")
+        rows.append(f"{g.get('index')!s:<4} {'-' if smi is None else smi!s:<4} {g.get('kfd_node') or '-'!s:<4} "
+                    f"{g.get('bdf') or '-':<13} {g.get('arch') or '?':<9} {g.get('name') or '?'}"
+                    + ("  (integrated)" if g.get("integrated") else ""))
+    return "\n".join(rows)
 
 
 def _visible_count(env: dict[str, str]) -> int | None:
@@ -66,7 +107,7 @@ def _visible_count(env: dict[str, str]) -> int | None:
 
 
 def judge(gpus: list[dict[str, Any]], torch_count: int | None, env: dict[str, str],
-          amdsmi: tuple[bool, str] | None = None) -> list[Finding]:
+          amdsmi: tuple[bool, str] | None = None, verbose: bool = False) -> list[Finding]:
     out: list[Finding] = []
     if amdsmi is not None and not amdsmi[0]:
         out.append(GPU004.finding("The amdsmi Python package is installed but does not work", amdsmi[1],
@@ -84,31 +125,53 @@ def judge(gpus: list[dict[str, Any]], torch_count: int | None, env: dict[str, st
     # only the GPUs this run will use: a colleague's job on a GPU excluded with HIP_VISIBLE_DEVICES (the
     # fix GPU002 suggests) is none of its business; under `check --distributed` each rank sees its own
     mine = gpuinfo.visible_gpus(env, gpus)
+    igpus = [g for g in mine if g.get("integrated") and g.get("vendor") == "amd"]
+    dgpus = [g for g in mine if not g.get("integrated")]
+    if igpus and dgpus:
+        # ROCR_VISIBLE_DEVICES takes the runtime's own numbering (the KFD order, the inventory's index) and
+        # filters first; HIP_/CUDA_VISIBLE_DEVICES then index into what is left, so they are renumbered
+        keep = [str(g["index"]) for g in mine if not g.get("integrated") and g.get("vendor") == "amd"]
+        patch = {"ROCR_VISIBLE_DEVICES": ",".join(keep)}
+        for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+            if env.get(var) is not None:
+                patch[var] = ",".join(str(i) for i in range(len(keep)))
+        names = ", ".join(f"{g['index']} ({g.get('name') or g.get('arch')})" for g in igpus)
+        out.append(GPU006.finding(
+            f"Integrated GPU {names} visible beside {len(dgpus)} discrete GPU(s)",
+            " ".join(f"{k}={v}" for k, v in patch.items()) + " keeps only the discrete GPU(s)",
+            igpus=[g["index"] for g in igpus], env=patch))
+    if verbose and any(g.get("vendor") == "amd" for g in gpus):
+        out.append(GPU007.finding(f"{len(gpus)} GPU(s): HIP index, SMI index, KFD node, PCI address, arch",
+                                  index_map(gpus)))
     for g in mine:
         used, procs = g.get("vram_used_mib"), g.get("processes") or []
-        if (used is not None and used > BUSY_MIB) or procs:
+        if g.get("integrated") and dgpus:
+            continue  # GPU006 covers it; its carve-out in use is the desktop's
+        if ((used is not None and used > BUSY_MIB) or procs) and not display_only(g):
             out.append(GPU002.finding(f"GPU {g['index']} ({g.get('name')}) already uses "
                             f"{used or 0:.0f} MiB" + (f", {len(procs)} process(es)" if procs else ""),
                             f"of {g.get('vram_total_mib') or '?'} MiB", gpu=g))
-    used = [g.get("vram_used_mib") for g in mine if g.get("vram_used_mib") is not None]
+    used = [g.get("vram_used_mib") for g in dgpus if g.get("vram_used_mib") is not None]
     if len(used) >= 2:
         med = statistics.median(used)
-        tot = max((g.get("vram_total_mib") or 0) for g in mine) or 1
-        top = max(mine, key=lambda g: g.get("vram_used_mib") or 0)
+        tot = max((g.get("vram_total_mib") or 0) for g in dgpus) or 1
+        top = max(dgpus, key=lambda g: g.get("vram_used_mib") or 0)
         if top["vram_used_mib"] - med > 0.2 * tot and top["vram_used_mib"] > 2 * med + BUSY_MIB:
             out.append(GPU003.finding(f"GPU {top['index']} holds {top['vram_used_mib']:.0f} MiB, the median "
                             f"GPU {med:.0f} MiB", "One GPU far above the others.", used_mib=used))
+    kinds = Counter(f"{g.get('name') or '?'} {g.get('arch') or ''}".strip() for g in gpus)
     return with_all_good(out, GPU000, f"{len(gpus)} GPU(s): " + ", ".join(
-        f"{g.get('name') or '?'} {g.get('arch') or ''}".strip() for g in gpus), gpus=gpus)
+        f"{n}× {k}" if n > 1 else k for k, n in kinds.items()), gpus=gpus)
 
 
 @check(AREA, needs=("torch",), order=15)
 def gpus(ctx: Context) -> list[Finding]:
     sysf = ctx.system()
     t = ctx.probes.get("torch")
-    count = len(t.data.get("devices") or []) if t is not None and t.ok else None
+    # a recorded machine (ROCM_DOCTOR_SYSROOT, --replay) is not the one this torch runs on
+    count = len(t.data.get("devices") or []) if t is not None and t.ok and not ctx.host().rooted else None
     libs = ctx.probes.get("libs")
     amdsmi = None
     if libs is not None and libs.ok and libs.data.get("amdsmi"):
         amdsmi = gpuinfo.amdsmi_library_status(ctx.python)
-    return judge(sysf.get("gpus") or [], count, ctx.env, amdsmi)
+    return judge(sysf.get("gpus") or [], count, ctx.env, amdsmi, verbose=ctx.options.verbose)

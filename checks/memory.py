@@ -82,28 +82,35 @@ def estimate(mc: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
 
 
 def judge(est: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
+    """The estimate against every GPU the run will use. An integrated GPU beside a discrete one is left out
+    (GPU006 says to hide it; its BIOS carve-out is no measure of the run); an APU is measured by its GTT;
+    a partitioned GPU by one partition's share."""
+    if any(not g.get("integrated") for g in gpus):
+        gpus = [g for g in gpus if not g.get("integrated")]
     if not gpus:
         return [MEM000.finding(f"Estimated peak {est['total_gib']:.1f} GiB per GPU (no GPU here to compare)",
                      f"{est['params'] / 1e9:.2f} B parameters", **est)]
     worst = None
     for g in gpus:
-        tot = g.get("vram_total_mib")
+        tot, used, basis = gpuinfo.usable_memory(g)
         if tot is None:
             continue
-        free = (tot - (g.get("vram_used_mib") or 0) - (g.get("vram_reserved_mib") or 0)) / 1024
+        free = (tot - used - (g.get("vram_reserved_mib") or 0)) / 1024
         margin = free - est["total_gib"]
         if worst is None or margin < worst[0]:
-            worst = (margin, g, free)
+            worst = (margin, g, free, basis)
     if worst is None:
         return [MEM002.finding("GPU memory sizes unknown", "", **est)]
-    margin, g, free = worst
+    margin, g, free, basis = worst
+    note = f" ({basis})" if basis else ""
     if margin < 0:
-        return [MEM001.finding(f"Estimated {est['total_gib']:.1f} GiB > {free:.1f} GiB free on GPU {g['index']}",
+        return [MEM001.finding(f"Estimated {est['total_gib']:.1f} GiB > {free:.1f} GiB free on GPU {g['index']}"
+                               + note,
                      f"weights {est['weights_gib']:.1f} + optimizer {est['states_gib']:.1f} + activations "
                      f"{est['activations_gib']:.1f} + logits {est['logits_gib']:.1f} GiB (+1 GiB context)",
-                     free_gib=round(free, 2), gpu=g.get("index"), **est)]
+                     free_gib=round(free, 2), gpu=g.get("index"), basis=basis, **est)]
     return [MEM000.finding(f"Estimated {est['total_gib']:.1f} GiB of {free:.1f} GiB free "
-                 f"(margin {margin:.1f} GiB)", "", free_gib=round(free, 2), **est)]
+                 f"(margin {margin:.1f} GiB){note}", "", free_gib=round(free, 2), basis=basis, **est)]
 
 
 @check(AREA, needs_config=True, order=45)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from doctor import archs
 from doctor.context import Context
 from doctor.findings import Code, Finding, Severity, with_all_good
 from doctor.gpuinfo import parse_visible
@@ -45,9 +46,12 @@ TORCH003 = Code(
 
 TORCH004 = Code(
     AREA, "TORCH004", Severity.WARNING, "torch's HIP version differs from the system ROCm",
-    why='A wheel built for another ROCm major.minor than /opt/rocm can fail to load kernels or libraries '
-        '(rccl, hipblaslt) and makes bitsandbytes look for the wrong library.',
-    fix="Install the torch wheel for the system ROCm (or upgrade ROCm to the wheel's).",
+    why="A ROCm torch wheel bundles its own ROCm libraries (hipBLAS(Lt), MIOpen, RCCL), so torch itself runs "
+        "whatever /opt/rocm holds. The mismatch matters for extensions built against /opt/rocm and loaded into "
+        "this torch: bitsandbytes built from source, flash-attn, apex, DeepSpeed's JIT ops. They can fail to "
+        "load or pick the wrong library. It is a warning when such an extension is installed, else info.",
+    fix="Build the extensions against the ROCm torch was built for (or install the torch wheel for the "
+        "system ROCm).",
 )
 
 TORCH005 = Code(
@@ -60,7 +64,8 @@ TORCH005 = Code(
 TORCH006 = Code(
     AREA, "TORCH006", Severity.WARNING, 'HSA_OVERRIDE_GFX_VERSION set where it is not needed',
     why='The override makes the runtime load kernels built for another arch. It helps only for archs missing '
-        'from the wheel (e.g. gfx1101/1102 on old wheels) and is harmful on RDNA4 and Instinct GPUs.',
+        'from the wheel (gfx1101/1102 on old wheels; 9.0.0 for the Vega APUs gfx90c/902/909, which no wheel '
+        'ships) and is harmful on RDNA4 and Instinct GPUs. An override equal to the GPU\'s own arch is a no-op.',
     fix='Unset HSA_OVERRIDE_GFX_VERSION.',
 )
 
@@ -176,6 +181,11 @@ def judge_visible_devices(env: dict[str, str], n_system: int, backend: str) -> l
     return out
 
 
+INSTINCT = archs.INSTINCT
+# extensions that are built against /opt/rocm rather than shipped inside the torch wheel
+EXTENSIONS = ("flash_attn", "bitsandbytes", "deepspeed", "apex")
+
+
 def judge_hsa_override(env: dict[str, str], real_archs: list[str], arch_list: list[str]) -> list[Finding]:
     val = env.get("HSA_OVERRIDE_GFX_VERSION")
     if not val:
@@ -185,8 +195,12 @@ def judge_hsa_override(env: dict[str, str], real_archs: list[str], arch_list: li
     if target is None:
         return [TORCH006.finding(f"HSA_OVERRIDE_GFX_VERSION={val!r} is malformed",
                      "The value must be major.minor.stepping, e.g. 11.0.0.", **ev)]
+    if all(a == target for a in real_archs) and real_archs:
+        return []  # the GPU's own arch: a no-op (11.0.0 on a gfx1100)
     natives = [a for a in real_archs if arch_list and arch_supported(a, arch_list)]
-    harmful = [a for a in real_archs if a.startswith("gfx12") or a.startswith("gfx9")]
+    # Instinct (CDNA) and RDNA4 get only harm from it; the Vega APUs (gfx90c/902/909) have no kernels in any
+    # wheel and 9.0.0 (gfx900) is the workaround AMD staff recommend for them (ROCm/rocBLAS#1398)
+    harmful = [a for a in real_archs if a.startswith("gfx12") or a in INSTINCT]
     if harmful:
         return [TORCH006.finding(f"HSA_OVERRIDE_GFX_VERSION={val} on {', '.join(sorted(set(harmful)))}",
                      "The override is harmful on RDNA4 and Instinct GPUs: it loads kernels built for "
@@ -237,11 +251,17 @@ def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: 
                 th = ".".join(info["hip"].split(".")[:2])
                 sr = ".".join(str(sys_rocm).split(".")[:2])
                 if th != sr:
-                    out.append(TORCH004.finding(f"torch built for HIP {th}, system ROCm is {sr}",
-                                    f"torch.version.hip = {info['hip']}; system ROCm {sys_rocm} "
-                                    f"(from {sysf.get('rocm_version_source')}). Note: TheRock-based ROCm 7.x "
-                                    "reports a higher HIP version than the release number.",
-                                    torch_hip=info["hip"], system_rocm=sys_rocm))
+                    built = [p for p in EXTENSIONS if (libs or {}).get(p)]
+                    out.append(TORCH004.finding(
+                        f"torch built for HIP {th}, system ROCm is {sr}"
+                        + (f"; {', '.join(built)} may be built against the system's" if built else ""),
+                        f"torch.version.hip = {info['hip']}; system ROCm {sys_rocm} (from "
+                        f"{sysf.get('rocm_version_source')}). The wheel carries its own ROCm libraries; "
+                        + (f"{', '.join(built)} load code built against /opt/rocm into it." if built else
+                           "no extension built against /opt/rocm is installed, so nothing here depends on it.")
+                        + " TheRock-based ROCm 7.x reports a higher HIP version than the release number.",
+                        severity=None if built else Severity.INFO, torch_hip=info["hip"], system_rocm=sys_rocm,
+                        extensions=built))
         # companion wheels
         for name, c in (companions or {}).items():
             if not c:
@@ -265,7 +285,8 @@ def judge(info: dict[str, Any] | None, companions: dict[str, Any] | None, sysf: 
             out.append(TORCH007.finding("/dev/kfd does not exist",
                             "The amdgpu kernel driver is not loaded, or the container was started without "
                             "--device=/dev/kfd.", **dev))
-        elif not dev.get("kfd_rw") or (dev.get("render_nodes") and not dev.get("render_rw")):
+        elif dev.get("kfd_rw") is False or (dev.get("render_nodes") and dev.get("render_rw") == []):
+            # (None: a recorded tree, where who may open the devices is unknown)
             missing = [g for g in ("render", "video") if g not in (dev.get("groups") or [])]
             out.append(TORCH007.finding("No read/write access to /dev/kfd or /dev/dri/renderD*",
                             f"Your groups: {', '.join(dev.get('groups') or []) or 'none'}"

@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from doctor import lfschema, machine
+from doctor import health, hostinfo, lfschema, machine
 from doctor.config import load_config, to_plain
+from doctor.host import Host, Recorder
 from doctor.worker import ProbeResult
 
 
@@ -28,6 +29,8 @@ class Options:
     verbose: bool = False
     python: str | None = None
     timeout: float = 120.0
+    record: bool = False           # keep what the host reads returned (``report`` stores them)
+    replay: bool = False           # a recorded machine (``check --replay``): no probe runs in this Python
 
 
 @dataclass
@@ -77,13 +80,39 @@ class Context:
             self.facts["model_config"] = read_model_config(self.cfg("model_name_or_path"), self.cwd)
         return self.facts["model_config"]
 
+    def host(self) -> Host:
+        """The machine under examination: live, or a recorded tree (``ROCM_DOCTOR_SYSROOT``, ``--replay``)."""
+        if "host" not in self.facts:
+            self.facts["host"] = Host.from_env(self.env, Recorder() if self.options.record else None)
+        return self.facts["host"]
+
     def system(self) -> dict[str, Any]:
         """The machine's facts (GPU inventory, ROCm version, device files), read once per run; tests may
         pre-seed ``facts["system"]`` with recorded data. ``--quick`` skips the amdsmi library (it needs
         an extra interpreter)."""
         if "system" not in self.facts:
-            self.facts["system"] = machine.gather(self.env, use_library=not self.options.quick)
+            self.facts["system"] = machine.gather(self.env, use_library=not self.options.quick, host=self.host())
         return self.facts["system"]
+
+    def used_gpus(self) -> list[dict[str, Any]]:
+        """The inventory entries of the GPUs this run will use (the visible-device variables applied)."""
+        from doctor.gpuinfo import visible_gpus
+
+        return visible_gpus(self.env, self.system().get("gpus") or [])
+
+    def platform(self) -> dict[str, Any]:
+        """Host platform facts (kernel command line, /dev/shm, limits, PCIe links, ACS, container)."""
+        if "platform" not in self.facts:
+            bdfs = [g.get("bdf") for g in self.used_gpus() if g.get("vendor") == "amd" and g.get("bdf")]
+            self.facts["platform"] = hostinfo.gather(self.host(), bdfs).to_dict()
+        return self.facts["platform"]
+
+    def health(self) -> dict[str, Any]:
+        """GPU health (ECC/RAS, recent amdgpu events, partitions, firmware) of every AMD GPU found."""
+        if "health" not in self.facts:
+            self.facts["health"] = health.gather(self.host(), self.system().get("gpus") or [],
+                                                 use_amd_smi=not self.options.quick).to_dict()
+        return self.facts["health"]
 
     def lf_schema(self) -> tuple[dict[str, Any] | None, str]:
         """LLaMA-Factory's schema (fields, dependency pins, templates) and where it came from: the live

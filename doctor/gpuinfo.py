@@ -4,6 +4,11 @@ Used by ``check`` (GPU balance, "torch sees fewer GPUs") and by the ``train`` su
 during a run), so it must never import torch. Every parser accepts the real variations seen in
 the wild: amd-smi's list and ``{"gpu_data": [...]}`` envelopes, ``{"value","unit"}`` values and
 "N/A"; rocm-smi's string values in bytes and its wrong "GFX Version" on ROCm 6.1-6.3.
+
+The KFD topology (``/sys/class/kfd/kfd/topology/nodes/*/properties``) ties the tools' views together:
+HIP numbers the GPU nodes in node order (what ``ROCR_VISIBLE_DEVICES`` indexes), each node carries its
+PCI location (the BDF the tools report) and its real gfx target. Every file and tool goes through
+:mod:`doctor.host`, so a recorded machine tree answers the same way as the live machine.
 """
 
 from __future__ import annotations
@@ -11,11 +16,12 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from doctor.archs import is_integrated
+from doctor.host import Host
 
 TOOL_TIMEOUT = 10.0
 
@@ -34,6 +40,13 @@ class GPU:
     processes: list[dict[str, Any]] = field(default_factory=list)
     driver: str = ""
     bdf: str = ""
+    smi_index: int | None = None     # the tool's own number (amd-smi/rocm-smi), where it differs from HIP's
+    kfd_node: int | None = None      # KFD topology node
+    integrated: bool = False         # an iGPU / APU (its "VRAM" is a BIOS carve-out; system memory via GTT)
+    gtt_total_mib: float | None = None
+    kfd_mem_mib: float | None = None      # the KFD node's memory bank (one partition's share in CPX/NPS4)
+    compute_partition: str | None = None  # SPX / DPX / TPX / QPX / CPX (MI300-class), from sysfs
+    memory_partition: str | None = None   # NPS1 / NPS2 / NPS4
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -41,6 +54,41 @@ class GPU:
 
 
 # ------------------------------------------------------------------ visibility
+
+PARTITIONS = {"SPX": 1, "DPX": 2, "TPX": 3, "QPX": 4}  # CPX: one partition per XCD (see partition_count)
+NPS = {"NPS1": 1, "NPS2": 2, "NPS4": 4, "NPS8": 8}
+
+
+def partition_count(compute: str | None, memory: str | None, name: str | None = None) -> int:
+    """How many logical GPUs share one physical GPU's HBM: CPX gives one per XCD (MI300X/MI325X/MI350-series:
+    8, MI300A: 6), NPS4 splits the HBM into four pools. The tools report the whole HBM for each partition."""
+    c = (compute or "SPX").upper()
+    n = (6 if "MI300A" in (name or "").upper() else 8) if c == "CPX" else PARTITIONS.get(c, 1)
+    return max(n, NPS.get((memory or "NPS1").upper(), 1))
+
+
+def usable_memory(g: dict[str, Any]) -> tuple[float | None, float, str]:
+    """(total MiB one process on this GPU can plan with, MiB already in use of it, why): an APU's GTT rather
+    than its BIOS carve-out, one partition's share of a partitioned GPU (the tools report the whole HBM for
+    each), the KFD node's memory bank where it is smaller."""
+    tot, used = g.get("vram_total_mib"), g.get("vram_used_mib") or 0.0
+    if g.get("integrated"):
+        gtt = g.get("gtt_total_mib")
+        if gtt and (tot is None or gtt > tot):
+            return gtt, 0.0, f"GTT {gtt / 1024:.1f} GiB (an APU allocates system memory; the carve-out is " \
+                             f"{(tot or 0):.0f} MiB)"
+        return tot, used, "carve-out (GTT size unknown)"
+    if tot is None:
+        return None, used, ""
+    n = partition_count(g.get("compute_partition"), g.get("memory_partition"), g.get("name"))
+    kfd = g.get("kfd_mem_mib")
+    if kfd and kfd < 0.9 * tot:
+        return kfd, used / max(n, round(tot / kfd)), f"the KFD node's memory bank ({kfd / 1024:.1f} GiB)"
+    if n > 1:
+        return tot / n, used / n, f"1/{n} of {tot / 1024:.0f} GiB ({g.get('compute_partition')}/" \
+                                  f"{g.get('memory_partition')})"
+    return tot, used, ""
+
 
 def parse_visible(v: str | None) -> list[str] | None:
     """A *_VISIBLE_DEVICES value as a list (None: unset; []: set but empty)."""
@@ -199,6 +247,7 @@ def parse_amd_smi(static: Any = None, metric: Any = None, enum: Any = None) -> l
     out = []
     for idx, g in sorted(gpus.items()):
         g.index = mapping.get(idx, idx)
+        g.smi_index = idx
         out.append(g)
     return sorted(out, key=lambda g: g.index)
 
@@ -215,7 +264,7 @@ def parse_rocm_smi(payload: Any) -> list[GPU]:
         if not m or not isinstance(rec, dict):
             continue
         low = {k.lower(): v for k, v in rec.items()}
-        g = GPU(index=int(m.group(1)), source="rocm-smi", vendor="amd")
+        g = GPU(index=int(m.group(1)), source="rocm-smi", vendor="amd", smi_index=int(m.group(1)))
         g.name = str(na(low.get("card series")) or na(low.get("device name")) or "")
         g.arch = normalize_gfx(na(low.get("gfx version")))
         tot = na(low.get("vram total memory (b)"))
@@ -294,65 +343,156 @@ def query_nvml() -> list[GPU]:
 
 # ------------------------------------------------------------------ sysfs
 
-def parse_sysfs(root: str | Path = "/") -> list[GPU]:
+def _pci_name(name: str) -> str:
+    """A tool's name field, unless it is only a PCI id (``0x1002``, ``0x74a1``): that is no name."""
+    n = (name or "").strip()
+    return "" if re.fullmatch(r"0x[0-9a-fA-F]{4}|N/A", n) else n
+
+
+def parse_sysfs(host: Host) -> list[GPU]:
     """AMD GPUs from /sys/class/drm/card*/device (vendor 0x1002, mem_info_vram_*, gpu_busy_percent)."""
-    base = Path(root, "sys/class/drm")
     out = []
-    if not base.is_dir():
-        return out
-    for card in sorted(base.glob("card[0-9]*")):
-        if not re.fullmatch(r"card\d+", card.name):
+    for card in host.glob("/sys/class/drm/card[0-9]*"):
+        name = card.rsplit("/", 1)[-1]
+        if not re.fullmatch(r"card\d+", name):
             continue
-        dev = card / "device"
-        try:
-            vendor = (dev / "vendor").read_text().strip()
-        except OSError:
-            continue
+        dev = f"{card}/device"
+        vendor = (host.read(f"{dev}/vendor") or "").strip()
         if vendor != "0x1002":
             continue
 
-        def rd(name: str, dev: Path = dev) -> str | None:
-            try:
-                return (dev / name).read_text().strip()
-            except OSError:
-                return None
+        def rd(attr: str, dev: str = dev) -> str | None:
+            v = host.read(f"{dev}/{attr}")
+            return v.strip() if v is not None else None
 
         tot, used, busy = rd("mem_info_vram_total"), rd("mem_info_vram_used"), rd("gpu_busy_percent")
+        gtt = rd("mem_info_gtt_total")
+        uevent = rd("uevent") or ""
+        m = re.search(r"PCI_SLOT_NAME=(\S+)", uevent)
         out.append(GPU(index=len(out), name=rd("product_name") or "AMD GPU", source="sysfs", vendor="amd",
                        vram_total_mib=to_mib(tot, "B") if tot else None,
                        vram_used_mib=to_mib(used, "B") if used else None,
-                       util_pct=float(busy) if busy and busy.isdigit() else None))
+                       gtt_total_mib=to_mib(gtt, "B") if gtt else None,
+                       util_pct=float(busy) if busy and busy.isdigit() else None,
+                       bdf=m.group(1).lower() if m else "", smi_index=int(name[4:])))
     return out
 
 
-def kfd_archs(root: str | Path = "/") -> list[str]:
-    """Real gfx arch of each KFD GPU node, from ``gfx_target_version`` (unaffected by HSA overrides)."""
+@dataclass
+class KfdNode:
+    node: int
+    arch: str
+    simd_count: int
+    cpu_cores: int
+    bdf: str
+    device_id: str
+    local_mem_mib: float | None
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.simd_count > 0 or bool(self.arch)
+
+
+def _bdf(domain: int, location: int) -> str:
+    return f"{domain:04x}:{location >> 8 & 0xff:02x}:{location >> 3 & 0x1f:02x}.{location & 7:x}"
+
+
+def kfd_nodes(host: Host) -> list[KfdNode]:
+    """The KFD topology's nodes in node order (the order HIP numbers the GPUs in)."""
     out = []
-    for props in sorted(Path(root, "sys/class/kfd/kfd/topology/nodes").glob("*/properties")):
+    for props in host.glob("/sys/class/kfd/kfd/topology/nodes/*/properties"):
+        text = host.read(props) or ""
+        kv = dict(re.findall(r"^(\w+)\s+(-?\d+)\s*$", text, re.M))
         try:
-            text = props.read_text()
-        except OSError:
+            node = int(props.split("/")[-2])
+        except ValueError:
             continue
-        m = re.search(r"gfx_target_version\s+(\d+)", text)
-        if not m or m.group(1) == "0":
-            continue  # CPU node
-        v = int(m.group(1))
-        major, minor, step = v // 10000, (v // 100) % 100, v % 100
-        out.append(f"gfx{major}{minor}{step:x}")
-    return out
+        v = int(kv.get("gfx_target_version", 0))
+        arch = f"gfx{v // 10000}{(v // 100) % 100}{v % 100:x}" if v else ""
+        mem = host.read(props.rsplit("/", 1)[0] + "/mem_banks/0/properties") or ""
+        mm = re.search(r"^size_in_bytes\s+(\d+)", mem, re.M)
+        out.append(KfdNode(node, arch, int(kv.get("simd_count", 0)), int(kv.get("cpu_cores_count", 0)),
+                           _bdf(int(kv.get("domain", 0)), int(kv.get("location_id", 0))) if kv.get("location_id") else "",
+                           f"0x{int(kv.get('device_id', 0)):04x}",
+                           round(int(mm.group(1)) / 2**20, 1) if mm else None))
+    return sorted(out, key=lambda n: n.node)
+
+
+def kfd_archs(host: Host) -> list[str]:
+    """Real gfx arch of each KFD GPU node, from ``gfx_target_version`` (unaffected by HSA overrides)."""
+    return [n.arch for n in kfd_nodes(host) if n.is_gpu and n.arch]
+
+
+def attach_kfd(gpus: list[GPU], nodes: list[KfdNode]) -> list[GPU]:
+    """Give each tool-reported GPU its HIP index (position among KFD GPU nodes), KFD node and real arch,
+    matched by BDF (amd-smi before ROCm 6.4 has no ``list -e``: the BDF is the one key every view shares).
+    The partitions of a CPX GPU share one BDF: they take that BDF's nodes in order. Where the tool gave no
+    arch (amd-smi of ROCm <= 6.2, rocm-smi < 6.1) the KFD node's is used."""
+    gpu_nodes = [n for n in nodes if n.is_gpu]
+    by_bdf: dict[str, list[tuple[int, KfdNode]]] = {}
+    for i, n in enumerate(gpu_nodes):
+        if n.bdf:
+            by_bdf.setdefault(n.bdf.lower(), []).append((i, n))
+    for g in gpus:
+        queue = by_bdf.get((g.bdf or "").lower())
+        if not queue:
+            continue
+        i, n = queue.pop(0)
+        if g.smi_index is None:
+            g.smi_index = g.index
+        g.index, g.kfd_node = i, n.node
+        if not g.arch:
+            g.arch = n.arch
+        g.kfd_mem_mib = n.local_mem_mib
+        g.integrated = g.integrated or is_integrated(g.arch or n.arch, g.name, n.cpu_cores > 0)
+    # partitions the tool folded into one entry (sysfs has one card per physical GPU): one entry per KFD node
+    seen = {(g.bdf or "").lower(): g for g in gpus if g.kfd_node is not None}
+    for bdf, queue in by_bdf.items():
+        if bdf in seen:
+            for i, n in queue:
+                gpus.append(replace(seen[bdf], index=i, kfd_node=n.node, kfd_mem_mib=n.local_mem_mib,
+                                    smi_index=None, processes=[]))
+    for g in gpus:
+        g.name = _pci_name(g.name)
+        g.integrated = g.integrated or is_integrated(g.arch, g.name, False)
+    return sorted(gpus, key=lambda g: g.index)
+
+
+def attach_sysfs(host: Host, gpus: list[GPU]) -> list[GPU]:
+    """What only sysfs tells, by BDF: GTT size (an APU's usable memory), compute and memory partition mode."""
+    cards: dict[str, str] = {}
+    for card in host.glob("/sys/class/drm/card[0-9]*"):
+        if re.fullmatch(r".*/card\d+", card):
+            m = re.search(r"PCI_SLOT_NAME=(\S+)", host.read(f"{card}/device/uevent") or "")
+            if m:
+                cards.setdefault(m.group(1).lower(), f"{card}/device")
+    for g in gpus:
+        dev = cards.get((g.bdf or "").lower())
+        if g.vendor != "amd" or dev is None:
+            continue
+
+        def rd(attr: str, dev: str = dev) -> str | None:
+            v = host.read(f"{dev}/{attr}")
+            return v.strip() if v and v.strip() else None
+
+        if g.gtt_total_mib is None and (gtt := rd("mem_info_gtt_total")):
+            g.gtt_total_mib = to_mib(gtt, "B")
+        g.compute_partition = (rd("current_compute_partition") or "").upper() or None
+        g.memory_partition = (rd("current_memory_partition") or "").upper() or None
+    return gpus
 
 
 # ------------------------------------------------------------------ orchestration
 
-def run_json(cmd: list[str]) -> Any:
-    exe = shutil.which(cmd[0])
-    if not exe:
+def run_json(cmd: list[str], host: Host | None = None) -> Any:
+    host = host or Host.from_env()
+    res = host.run(cmd, TOOL_TIMEOUT)
+    if res.missing:
         raise FileNotFoundError(cmd[0])
-    p = subprocess.run([exe, *cmd[1:]], capture_output=True, text=True, timeout=TOOL_TIMEOUT)
-    if p.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {p.returncode}: {p.stderr.strip()[-300:]}")
+    if res.rc != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {res.rc}: {res.stderr.strip()[-300:]}")
     # stdout only: amd-smi prints SyntaxWarnings etc. on stderr
-    text = p.stdout.strip()
+    text = res.stdout.strip()
     start = min([i for i in (text.find("["), text.find("{")) if i >= 0], default=-1)
     if start < 0:
         raise ValueError(f"{cmd[0]} printed no JSON")
@@ -445,11 +585,29 @@ def amdsmi_library_status(python: str | None = None) -> tuple[bool, str]:
     return False, lines[-1] if lines else f"exit {p.returncode}"
 
 
-def inventory(root: str | Path = "/", env: dict[str, str] | None = None,
+def inventory(host: Host | None = None, env: dict[str, str] | None = None,
               use_library: bool = True) -> tuple[list[GPU], list[str]]:
-    """GPUs of this machine and the notes on which sources failed. Never raises."""
+    """GPUs of this machine and the notes on which sources failed. Never raises. A recorded machine tree
+    (``ROCM_DOCTOR_SYSROOT``) is read from its files and recorded tool outputs only."""
     env = env if env is not None else dict(os.environ)
+    host = host or Host.from_env(env)
     notes: list[str] = []
+    nodes = kfd_nodes(host)
+    gpus = _amd_inventory(host, env, use_library and host.live, notes)
+    if gpus:
+        return attach_sysfs(host, attach_kfd(gpus, nodes)), notes
+    if not host.live:
+        return _nvidia_smi(host, notes), notes
+    try:
+        return query_nvml(), notes
+    except ImportError:
+        pass
+    except Exception as e:
+        notes.append(f"nvml: {e}")
+    return _nvidia_smi(host, notes), notes
+
+
+def _amd_inventory(host: Host, env: dict[str, str], use_library: bool, notes: list[str]) -> list[GPU]:
     # 0. the amdsmi library, only where it is installed; guarded in a subprocess (see AMDSMI_SCRIPT)
     if use_library:
         import importlib.util
@@ -458,58 +616,47 @@ def inventory(root: str | Path = "/", env: dict[str, str] | None = None,
             try:
                 gpus = query_amdsmi_lib(env=env)
                 if gpus:
-                    return gpus, notes
+                    return gpus
             except Exception as e:
                 notes.append(f"amdsmi: {e}")
     # 1. amd-smi CLI
     try:
-        static = run_json(["amd-smi", "static", "--asic", "--vram", "--driver", "--bus", "--json"])
+        static = run_json(["amd-smi", "static", "--asic", "--vram", "--driver", "--bus", "--json"], host)
         try:
-            metric = run_json(["amd-smi", "metric", "--usage", "--mem-usage", "--json"])
+            metric = run_json(["amd-smi", "metric", "--usage", "--mem-usage", "--json"], host)
         except Exception as e:  # metrics can be unsupported in VMs
             metric, _ = None, notes.append(f"amd-smi metric: {e}")
         try:
-            enum = run_json(["amd-smi", "list", "-e", "--json"])
+            enum = run_json(["amd-smi", "list", "-e", "--json"], host)  # ROCm >= 6.4; before it, BDF matching
         except Exception:
             enum = None
         gpus = parse_amd_smi(static, metric, enum)
         if gpus:
-            return gpus, notes
+            return gpus
     except FileNotFoundError:
         pass
     except Exception as e:
         notes.append(f"amd-smi: {e}")
     # 2. rocm-smi
     try:
-        gpus = parse_rocm_smi(run_json(["rocm-smi", "--showproductname", "--showuse",
-                                         "--showmeminfo", "vram", "--json"]))
+        gpus = parse_rocm_smi(run_json(["rocm-smi", "--showproductname", "--showuse", "--showmeminfo", "vram",
+                                        "--showbus", "--json"], host))
         if gpus:
-            return gpus, notes
+            return gpus
     except FileNotFoundError:
         pass
     except Exception as e:
         notes.append(f"rocm-smi: {e}")
     # 3. sysfs
-    gpus = parse_sysfs(root)
-    if gpus:
-        archs = kfd_archs(root)
-        for g, a in zip(gpus, archs, strict=False):
-            g.arch = g.arch or a
-        return gpus, notes
-    # 4. NVIDIA
-    try:
-        return query_nvml(), notes
-    except ImportError:
-        pass
-    except Exception as e:
-        notes.append(f"nvml: {e}")
-    if shutil.which("nvidia-smi"):
-        try:
-            p = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
-                                "--format=csv,noheader"], capture_output=True, text=True, timeout=TOOL_TIMEOUT)
-            if p.returncode == 0:
-                return parse_nvidia_smi_csv(p.stdout), notes
-            notes.append(f"nvidia-smi exited {p.returncode}")
-        except Exception as e:
-            notes.append(f"nvidia-smi: {e}")
-    return [], notes
+    return parse_sysfs(host)
+
+
+def _nvidia_smi(host: Host, notes: list[str]) -> list[GPU]:
+    if not host.which("nvidia-smi"):
+        return []
+    res = host.run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
+                    "--format=csv,noheader"])
+    if res.ok:
+        return parse_nvidia_smi_csv(res.stdout)
+    notes.append(f"nvidia-smi exited {res.rc}")
+    return []

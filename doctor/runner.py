@@ -38,6 +38,8 @@ CHECK_MODULES: tuple[str, ...] = (
     "checks.bitsandbytes",
     "checks.gpus",
     "checks.memory",
+    "checks.platform",
+    "checks.health",
     "checks.distributed",
 )
 
@@ -104,7 +106,7 @@ def plan(ctx: Context, selected: list[CheckDef], every: list[CheckDef]) -> tuple
         seen.add(c.name)
         for a in c.needs:
             todo += by_area.get(a, [])
-        if c.probes is None or ctx.options.quick:  # --quick: no worker, no torch import
+        if c.probes is None or ctx.options.quick or ctx.options.replay:  # no worker, no torch import
             continue
         try:
             specs.extend(c.probes(ctx))

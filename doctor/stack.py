@@ -15,7 +15,7 @@ import sys
 PACKAGES: tuple[str, ...] = (
     "torch", "torchvision", "torchaudio", "transformers", "peft", "trl", "accelerate", "datasets",
     "llamafactory", "deepspeed", "bitsandbytes", "flash_attn", "amdsmi", "tokenizers", "triton",
-    "pytorch-triton-rocm", "liger-kernel", "unsloth", "vllm", "galore-torch", "apollo-torch", "badam",
+    "pytorch-triton-rocm", "liger-kernel", "unsloth", "vllm", "galore-torch", "apollo-torch", "badam", "apex",
 )
 
 # versions that must agree across the ranks of a job (the fingerprint of ``check --distributed``)

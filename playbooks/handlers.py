@@ -147,3 +147,15 @@ def fp16_to_bf16(cm: Any, inp: PatchInput, out: Outcome) -> None:
     out.changes.append("fp16: removed; bf16: true (fp16's loss scale collapsed: the values overflow its range)")
     delete_key(cm, "fp16")
     set_key(cm, "bf16", True)
+
+
+def hide_igpu(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    """The visible-device variables GPU006 computed (only the run's discrete GPUs; HIP_/CUDA_VISIBLE_DEVICES
+    renumbered after ROCR_VISIBLE_DEVICES filters), or, after a failure, none: which GPU is the iGPU is a
+    fact of the machine the log does not carry."""
+    for f in inp.findings:
+        if getattr(f, "id", "") == "GPU006" and isinstance(f.evidence.get("env"), dict):
+            out.env.update({k: str(v) for k, v in f.evidence["env"].items()})
+            out.changes.append("environment: " + " ".join(f"{k}={v}" for k, v in f.evidence["env"].items())
+                               + " (hides the integrated GPU)")
+            return

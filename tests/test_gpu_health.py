@@ -54,13 +54,37 @@ def test_attention_wrong_backend_and_math_only():
     assert "ATTN003" not in ids(attention.judge_attention(math_only, "sdpa", 1024, {}, "gfx1030", True))
 
 
+# torch's own warning (pytorch aten/src/ATen/native/transformers/cuda/sdp_utils.cpp, AOTriton >= 0.9)
+EXPERIMENTAL = ("Flash Efficient attention on Current AMD GPU is still experimental. Enable it with "
+                "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1.")
+
+
 def test_attention_env_values():
-    fs = attention.judge_attention(ATT_OK, "fa2", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "1"}, "gfx1100", True)
+    warned = dict(ATT_OK, sdpa_warnings=[EXPERIMENTAL])
+    fs = attention.judge_attention(warned, "fa2", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "1"}, "gfx1102", True)
     assert "ATTN004" in ids(fs) and "ATTN006" in ids(fs) and "ATTN005" in ids(fs)
     fs2 = attention.judge_attention(ATT_OK, "auto", 2048, {"FLASH_ATTENTION_TRITON_AMD_ENABLE": "TRUE",
                                                             "TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "1"},
                                      "gfx1100", True)
     assert ids(fs2) == ["ATTN000"]
+
+
+def test_experimental_arch_comes_from_torch_not_a_table():
+    """gfx950 and gfx1201 were experimental in AOTriton 0.9 and are not from 0.10: only torch's own warning says
+    which applies to the torch installed; without it nothing is claimed."""
+    for arch in ("gfx950", "gfx1201", "gfx1100"):
+        assert "ATTN006" not in ids(attention.judge_attention(ATT_OK, "auto", 2048, {}, arch, True))
+    fs = attention.judge_attention(dict(ATT_OK, sdpa_warnings=[EXPERIMENTAL]), "auto", 2048, {}, "gfx1151", True)
+    f = next(x for x in fs if x.id == "ATTN006")
+    assert "still experimental" in f.detail
+    # the opt-in counts only as exactly 1: torch ignores TRUE / on and says so
+    bad = attention.judge_attention(dict(ATT_OK, sdpa_warnings=[EXPERIMENTAL]), "auto", 2048,
+                                    {"TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL": "TRUE"}, "gfx1151", True)
+    assert {"ATTN006", "ATTN008"} <= set(ids(bad))
+    from doctor import archs
+
+    assert archs.aotriton_experimental("0.9.2b") == {"gfx950", "gfx1201"}
+    assert "gfx950" not in archs.aotriton_experimental("0.10b") and "gfx1101" in archs.aotriton_experimental("0.10b")
 
 
 def test_what_llamafactory_will_use_is_judged_not_the_yaml_value():

@@ -8,6 +8,7 @@ import stat
 import pytest
 
 from doctor import gpuinfo
+from doctor.host import Host
 from tests.conftest import fixture
 
 
@@ -80,9 +81,9 @@ def test_sysfs(tmp_path):
     cpu = tmp_path / "sys/class/kfd/kfd/topology/nodes/0"
     cpu.mkdir(parents=True)
     (cpu / "properties").write_text("gfx_target_version 0\n")
-    g = gpuinfo.parse_sysfs(tmp_path)
+    g = gpuinfo.parse_sysfs(Host(tmp_path))
     assert g[0].vram_total_mib == 65536 and g[0].vram_used_mib == 1024 and g[0].util_pct == 7
-    assert gpuinfo.kfd_archs(tmp_path) == ["gfx90a"]
+    assert gpuinfo.kfd_archs(Host(tmp_path)) == ["gfx90a"]
 
 
 def _fake_tool(bindir, name, stdout_file=None, rc=0, stderr=""):
@@ -104,7 +105,7 @@ def test_inventory_falls_back_from_failing_amd_smi_to_rocm_smi(tmp_path, monkeyp
     _fake_tool(bindir, "rocm-smi", fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"),
                stderr="WARNING: something on stderr")
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
-    gpus, notes = gpuinfo.inventory(root=tmp_path)
+    gpus, notes = gpuinfo.inventory(host=Host(tmp_path))
     assert gpus[0].source == "rocm-smi" and gpus[0].arch == "gfx1100"
     assert any("amd-smi" in n for n in notes)
 
@@ -121,7 +122,7 @@ case "$1" in static) cat '{static}';; metric) cat '{metric}';; *) exit 2;; esac
 """)
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
-    gpus, _ = gpuinfo.inventory(root=tmp_path)
+    gpus, _ = gpuinfo.inventory(host=Host(tmp_path))
     assert gpus[0].source == "amd-smi" and gpus[0].vram_used_mib == 283
 
 
@@ -158,14 +159,14 @@ def test_inventory_prefers_amdsmi_library(tmp_path, monkeypatch):
     site = _fake_amdsmi(tmp_path, _amdsmi_from_fixture())
     monkeypatch.syspath_prepend(str(site))
     env = dict(os.environ, PYTHONPATH=str(site))
-    gpus, notes = gpuinfo.inventory(root=tmp_path, env=env)
+    gpus, notes = gpuinfo.inventory(host=Host(tmp_path), env=env)
     assert [g.source for g in gpus] == ["amdsmi", "amdsmi"]
     assert [(g.index, g.bdf) for g in gpus] == [(0, "0000:22:00.0"), (1, "0000:0c:00.0")]  # HIP order
     g1 = gpus[1]
     assert g1.name == "AMD Instinct MI300X" and g1.arch == "gfx942" and g1.vram_total_mib == 196592
     assert g1.vram_used_mib == 283 and g1.util_pct == 0 and g1.driver == "6.10.5" and g1.processes == []
     # --quick never starts the extra interpreter
-    gpus, _ = gpuinfo.inventory(root=tmp_path, env=env, use_library=False)
+    gpus, _ = gpuinfo.inventory(host=Host(tmp_path), env=env, use_library=False)
     assert not gpus or gpus[0].source != "amdsmi"
 
 
@@ -181,7 +182,7 @@ def test_broken_amdsmi_library_falls_back(tmp_path, monkeypatch, body):
     _fake_tool(bindir, "rocm-smi", fixture("rocm-smi/rx7900xt-productname-use-meminfo.json"))
     env = dict(os.environ, PYTHONPATH=str(site))
     monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}/usr/bin:/bin")
-    gpus, notes = gpuinfo.inventory(root=tmp_path, env=env)
+    gpus, notes = gpuinfo.inventory(host=Host(tmp_path), env=env)
     assert gpus and gpus[0].source == "rocm-smi"
     assert any(n.startswith("amdsmi") for n in notes)
 

@@ -95,7 +95,11 @@ def test_quick_report_says_what_it_did_not_check(tmp_path):
     assert r.returncode == 0, r.stderr
     md = (out / "report.md").read_text()
     rep = json.loads((out / "report.json").read_text())
-    assert "torch" in rep["skipped"] and "bf16" in rep["skipped"] and "gpus" in rep["skipped"]
+    assert "torch" in rep["skipped"] and "bf16" in rep["skipped"]
+    # the host areas import nothing: a bundle always carries them (and what `check --replay` reads)
+    assert not {"gpus", "platform", "health"} & set(rep["skipped"])
+    assert {f["check"] for f in rep["findings"]} >= {"platform", "health"}
+    assert (out / "sysroot" / "tools.json").is_file() and (out / "host" / "cmdline.txt").is_file()
     assert "Not checked:" in md and "torch None/None" not in md and "None / None" not in md
     assert "not checked: " in r.stdout
 

@@ -68,7 +68,20 @@ def test_hsa_override():
     # harmful on RDNA4 and Instinct
     assert "TORCH006" in ids(judge(rocm_info(arch="gfx1030", arch_list=OLD_WHEEL + ["gfx1201"]), None,
                                    sysf(["gfx1201"]), {"HSA_OVERRIDE_GFX_VERSION": "10.3.0"}))
-    assert "TORCH006" in ids(judge(rocm_info(), None, sysf(), {"HSA_OVERRIDE_GFX_VERSION": "9.4.2"}))
+    assert "TORCH006" in ids(judge(rocm_info(), None, sysf(), {"HSA_OVERRIDE_GFX_VERSION": "9.0.10"}))
+    # equal to the GPU's own arch: a no-op, not harmful
+    assert "TORCH006" not in ids(judge(rocm_info(), None, sysf(), {"HSA_OVERRIDE_GFX_VERSION": "9.4.2"}))
+    # Vega APUs (gfx90c/902/909) have no kernels in any wheel: 9.0.0 is their workaround, never "unset it"
+    apu = rocm_info(arch="gfx900", arch_list=OLD_WHEEL)
+    for vega in ("gfx90c", "gfx902", "gfx909"):
+        assert "TORCH006" not in ids(judge(apu, None, sysf([vega]), {"HSA_OVERRIDE_GFX_VERSION": "9.0.0"})), vega
+
+
+def test_hip_mismatch_matters_only_for_extensions_built_against_the_system_rocm():
+    plain = [x for x in judge(rocm_info(), None, sysf(rocm="6.4.1"), {}, {"torch": "2.5.1"}) if x.id == "TORCH004"]
+    assert plain and plain[0].severity.value == "info" and not plain[0].evidence["extensions"]
+    ext = [x for x in judge(rocm_info(), None, sysf(rocm="6.4.1"), {}, {"flash_attn": "2.8.3"}) if x.id == "TORCH004"]
+    assert ext and ext[0].severity.value == "warning" and ext[0].evidence["extensions"] == ["flash_attn"]
 
 
 def test_device_files():

@@ -8,7 +8,7 @@ import json
 import sys
 from typing import Any
 
-from doctor import distributed
+from doctor import bundle, distributed
 from doctor.commands import _options
 from doctor.config import InputError
 from doctor.findings import Finding, has_errors
@@ -25,6 +25,8 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     _options.add_quick(c)
     c.add_argument("--only", metavar="AREAS", help="comma-separated areas (torch,config,template,...)")
     _options.add_verbose(c)
+    c.add_argument("--replay", metavar="BUNDLE", help="re-run the inventory, platform and health checks on a "
+                   "`rocm-doctor report` bundle (.tar.gz or directory) instead of this machine")
     _options.add_python(c)
     _options.add_timeout(c)
     c.add_argument("--distributed", action="store_true", help="run on every rank under torchrun (or launch "
@@ -55,8 +57,13 @@ def _only(spec: str | None) -> set[str] | None:
     return only
 
 
+REPLAY_AREAS = bundle.HOST_AREAS
+
+
 def run(args: argparse.Namespace) -> int:
     only = _only(args.only)
+    if args.replay:
+        return replay(args, only)
     if args.distributed:
         if args.quick:
             raise InputError("--distributed runs probes and collectives; it cannot be --quick")
@@ -68,11 +75,36 @@ def run(args: argparse.Namespace) -> int:
         return out.exit_code
     with progress(enabled=not args.json) as step:
         checked = run_check(args.config, quick=args.quick, only=only, python=args.python, timeout=args.timeout,
-                            progress=step)
+                            progress=step, verbose=args.verbose and not args.json)
     if args.json:
         print(check_json(checked.findings, environment_summary(checked.ctx)))
     else:
         print_human(checked.findings, console(), verbose=args.verbose, skipped=skipped_areas(checked.ctx))
+    return 1 if has_errors(checked.findings) else 0
+
+
+def replay(args: argparse.Namespace, only: set[str] | None) -> int:
+    """``check --replay BUNDLE``: the host areas on the machine a report recorded (its ``sysroot/``)."""
+    import os
+    import tempfile
+
+    if args.config or args.distributed:
+        raise InputError("--replay re-runs the host checks of a bundle; it takes no CONFIG and no --distributed")
+    areas_ = set(REPLAY_AREAS) if only is None else only & set(REPLAY_AREAS)
+    if not areas_:
+        raise InputError(f"--replay runs only {', '.join(REPLAY_AREAS)}; --only {args.only} leaves nothing")
+    with tempfile.TemporaryDirectory(prefix="rocm-doctor-replay-") as tmp:
+        root = bundle.sysroot_of(args.replay, tmp)
+        env = dict(os.environ, ROCM_DOCTOR_SYSROOT=str(root))
+        checked = run_check(None, only=areas_, timeout=args.timeout, env=env, replay=True,
+                            verbose=args.verbose and not args.json)
+        if args.json:
+            summary = environment_summary(checked.ctx)
+            summary["replayed"] = args.replay
+            print(check_json(checked.findings, summary))
+        else:
+            print_human(checked.findings, console(), verbose=args.verbose,
+                        title=f"rocm-doctor check --replay {args.replay}")
     return 1 if has_errors(checked.findings) else 0
 
 

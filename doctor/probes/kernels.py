@@ -118,6 +118,13 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
     except ImportError:
         SDPBackend = sdpa_kernel = None
     names = ["FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION", "MATH"]
+    # torch says itself why a fused kernel is off (AOTriton's experimental archs, a build without this arch):
+    # keep its warnings, they are the authority on the arch sets of the AOTriton it ships
+    import warnings
+
+    caught = warnings.catch_warnings(record=True)
+    seen = caught.__enter__()
+    warnings.simplefilter("always")
     for name in names:
         entry: dict[str, Any] = {}
         if sdpa_kernel is None or not hasattr(SDPBackend, name):
@@ -137,6 +144,10 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
                                                      "not compiled", "not enabled", "not available"))
                 entry = {"status": "unavailable" if unavailable else "error", "error": msg}
         out["backends"][name] = entry
+    caught.__exit__(None, None, None)
+    out["sdpa_warnings"] = list(dict.fromkeys(
+        str(w.message)[:300] for w in seen
+        if any(k in str(w.message) for k in ("experimental", "not compiled", "attention", "AOTriton", "Ignoring"))))[:6]
     # the flash_attn package (what `flash_attn: fa2` uses)
     try:
         import flash_attn  # noqa: F401
