@@ -6,6 +6,8 @@
    child ran past the detection before it stopped.
 3. Steps lost by a SIGKILL after the first checkpoint (attempt 1's last logged step minus the step
    the retry resumed from).
+4. The hang watchdog's detection delay: a stand-in launcher that logs three steps and blocks, under
+   `--stall-timeout 5`: seconds from its last step to the stop, minus the timeout.
 
 Usage (inside the test venv): python bench/bench_train.py [--repeat 3]
 """
@@ -112,6 +114,20 @@ def main() -> None:
         assert run["final_step"] == 60
     print(f"steps lost by SIGKILL after checkpoint-5: {lost} (attempt 1's last logged step - resumed checkpoint; "
           f"the tiny model runs ~6 steps/s, so this is the kill latency in steps)")
+    delays = []
+    hang = work / "hang.py"
+    hang.write_text("import json, sys, time, pathlib\nout = pathlib.Path('out'); out.mkdir(exist_ok=True)\n"
+                    "for n in (1, 2, 3):\n"
+                    "    open(out / 'trainer_log.jsonl', 'a').write(json.dumps({'current_steps': n, 'total_steps': 9,"
+                    " 'loss': 1.0}) + '\\n')\n    time.sleep(0.2)\ntime.sleep(600)\n")
+    for _ in range(a.repeat):
+        fresh(work)
+        r = doctor(work, base, "--no-preflight", "--max-attempts", "1", "--stall-timeout", "5",
+                   "--launcher", f"{sys.executable} {hang}")
+        h = json.loads((work / "run" / "run.json").read_text())["attempts"][0]["hang"]
+        delays.append(h["quiet_s"] - 5)
+    print(f"hang watchdog, --stall-timeout 5: detected {[round(d, 2) for d in delays]} s after the timeout "
+          f"(median {statistics.median(delays):.2f} s; the watchdog reads CPU once a second)")
     shutil.rmtree(work, ignore_errors=True)
 
 

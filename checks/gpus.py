@@ -130,11 +130,8 @@ def judge(gpus: list[dict[str, Any]], torch_count: int | None, env: dict[str, st
     if igpus and dgpus:
         # ROCR_VISIBLE_DEVICES takes the runtime's own numbering (the KFD order, the inventory's index) and
         # filters first; HIP_/CUDA_VISIBLE_DEVICES then index into what is left, so they are renumbered
-        keep = [str(g["index"]) for g in mine if not g.get("integrated") and g.get("vendor") == "amd"]
-        patch = {"ROCR_VISIBLE_DEVICES": ",".join(keep)}
-        for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
-            if env.get(var) is not None:
-                patch[var] = ",".join(str(i) for i in range(len(keep)))
+        patch = gpuinfo.mask_env([g["index"] for g in mine if not g.get("integrated") and g.get("vendor") == "amd"],
+                                 env)
         names = ", ".join(f"{g['index']} ({g.get('name') or g.get('arch')})" for g in igpus)
         out.append(GPU006.finding(
             f"Integrated GPU {names} visible beside {len(dgpus)} discrete GPU(s)",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from doctor import gpuinfo
 from doctor import health as hl
 from doctor.context import Context
 from doctor.findings import Code, Finding, Severity, with_all_good
@@ -29,9 +30,11 @@ HLTH001 = Code(
     why="Uncorrectable ECC/RAS errors, or a GPU reset, ring timeout, `GPU Hang` or RAS/XGMI event in the last "
         "hour: the GPU (or its HBM) is faulty or the driver recovered it from a hang. A run on it crashes again "
         "(`HW Exception by GPU node-N`, a NCCL/RCCL timeout on one rank) hours in.",
-    fix="Exclude the GPU (`ROCR_VISIBLE_DEVICES` without its index), drain the node from the scheduler, and "
+    fix="Exclude the GPU (`ROCR_VISIBLE_DEVICES` without its index: `rocm-doctor fix CONFIG --apply exclude-gpu` "
+        "prints the value), drain the node from the scheduler, and "
         "collect `sudo amd-smi bad-pages`, `sudo amd-smi metric --ecc`, `sudo dmesg | grep -i amdgpu` for the "
         "vendor; a reboot clears a recovered hang but not failing HBM.",
+    playbook="exclude-gpu", autofix=False,
 )
 
 HLTH002 = Code(
@@ -80,9 +83,11 @@ def _name(g: dict[str, Any]) -> str:
     return f"GPU {g.get('index')} ({g.get('bdf') or '?'})"
 
 
-def judge(h: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
+def judge(h: dict[str, Any], gpus: list[dict[str, Any]], inventory: list[dict[str, Any]] | None = None,
+          env: dict[str, str] | None = None) -> list[Finding]:
     """Health verdicts for the GPUs ``gpus`` (inventory entries of the run) from ``h``
-    (:class:`doctor.health.Health` as a dict)."""
+    (:class:`doctor.health.Health` as a dict). ``inventory`` (every GPU) lets an error carry the
+    visible-device variables that run the job on healthy GPUs (the ``exclude-gpu`` playbook)."""
     out: list[Finding] = []
     used = {str(g.get("bdf") or "").lower(): g for g in gpus if g.get("vendor") == "amd"}
     per = {str(x.get("bdf") or "").lower(): x for x in h.get("gpus") or []}
@@ -132,6 +137,14 @@ def judge(h: dict[str, Any], gpus: list[dict[str, Any]]) -> list[Finding]:
                                    "\n".join(e["line"] for e in loose[-5:]), events=loose[-10:]))
     if h.get("dmesg") == "denied" and used:
         out.append(HLTH006.finding("dmesg is not readable without privileges: recent GPU resets unknown"))
+    bad = [f for f in out if f.id == "HLTH001"]
+    if bad:
+        patch = gpuinfo.exclusion(inventory or gpus, list(used.values()), [{"index": f.evidence["gpu"]} for f in bad],
+                          env or {})
+        for f in bad:
+            f.evidence["env"] = patch
+            if patch is None:
+                f.playbook = None
     fw = {bdf: (per.get(bdf) or {}).get("firmware") for bdf in used}
     return with_all_good(out, HLTH000, f"{len(used)} AMD GPU(s): no errors, resets or hangs" if used else
                          "No AMD GPU to examine", firmware=fw, dmesg=h.get("dmesg"))
@@ -142,4 +155,4 @@ def gpu_health(ctx: Context) -> list[Finding]:
     gpus = [g for g in ctx.used_gpus() if g.get("vendor") == "amd"]
     if not gpus:
         return [HLTH000.finding("No AMD GPU to examine")]
-    return judge(ctx.health(), gpus)
+    return judge(ctx.health(), gpus, ctx.system().get("gpus") or [], ctx.env)

@@ -47,6 +47,9 @@ class GPU:
     kfd_mem_mib: float | None = None      # the KFD node's memory bank (one partition's share in CPX/NPS4)
     compute_partition: str | None = None  # SPX / DPX / TPX / QPX / CPX (MI300-class), from sysfs
     memory_partition: str | None = None   # NPS1 / NPS2 / NPS4
+    sclk_mhz: float | None = None         # graphics clock now (sysfs hwmon / NVML)
+    power_w: float | None = None          # board power now
+    temp_c: float | None = None           # hottest sensor (junction / hotspot where reported)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -118,6 +121,29 @@ def visible_indices(env: dict[str, str], gpus: list[dict[str, Any]]) -> set[int]
         order = [order[int(v)] for v in vals if 0 <= int(v) < len(order)]
         restricted = True
     return set(order) if restricted else None
+
+
+def mask_env(keep: list[int], env: dict[str, str]) -> dict[str, str]:
+    """The visible-device variables that leave a run exactly the GPUs ``keep`` (inventory indices, the
+    runtime's own KFD order): ROCR_VISIBLE_DEVICES filters first, so HIP_/CUDA_VISIBLE_DEVICES, where set,
+    are renumbered to what is left."""
+    out = {"ROCR_VISIBLE_DEVICES": ",".join(str(i) for i in sorted(keep))}
+    for var in ("HIP_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"):
+        if env.get(var) is not None:
+            out[var] = ",".join(str(i) for i in range(len(keep)))
+    return out
+
+
+def exclusion(inventory: list[dict[str, Any]], used: list[dict[str, Any]], bad: list[dict[str, Any]],
+              env: dict[str, str]) -> dict[str, str] | None:
+    """The visible-device variables that run a job without the ``bad`` GPUs: the healthy GPUs it used, topped
+    up from unused healthy discrete ones to keep its size; None when no healthy GPU is left (no spare)."""
+    bad_idx = {g["index"] for g in bad}
+    keep = [g["index"] for g in used if g["index"] not in bad_idx]
+    spare = [g["index"] for g in inventory if g.get("vendor") == "amd" and not g.get("integrated")
+             and g["index"] not in bad_idx and g["index"] not in keep]
+    keep += spare[:max(0, len(used) - len(keep))]
+    return mask_env(keep, env) if keep else None
 
 
 def visible_gpus(env: dict[str, str], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -330,7 +356,8 @@ def query_nvml() -> list[GPU]:
             except pynvml.NVMLError:
                 pass
             name = pynvml.nvmlDeviceGetName(h)
-            out.append(GPU(index=i, name=name.decode() if isinstance(name, bytes) else name,
+            live = _nvml_live(pynvml, h)
+            out.append(GPU(index=i, name=name.decode() if isinstance(name, bytes) else name, **live,
                            arch=f"sm_{major}{minor}", vram_total_mib=round(mem.total / 2**20, 1),
                            vram_used_mib=round(mem.used / 2**20, 1), util_pct=float(util.gpu),
                            vram_reserved_mib=round(reserved / 2**20, 1) if reserved is not None else None,
@@ -339,6 +366,19 @@ def query_nvml() -> list[GPU]:
         return out
     finally:
         pynvml.nvmlShutdown()
+
+
+def _nvml_live(pynvml: Any, h: Any) -> dict[str, float]:
+    """Clock, power and temperature of one GPU (each optional: a VM or an old driver may refuse one)."""
+    out: dict[str, float] = {}
+    for key, call in (("sclk_mhz", lambda: pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                      ("power_w", lambda: pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0),
+                      ("temp_c", lambda: pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))):
+        try:
+            out[key] = float(call())
+        except Exception:  # noqa: S112 - NVMLError_NotSupported and friends
+            continue
+    return out
 
 
 # ------------------------------------------------------------------ sysfs
@@ -479,7 +519,35 @@ def attach_sysfs(host: Host, gpus: list[GPU]) -> list[GPU]:
             g.gtt_total_mib = to_mib(gtt, "B")
         g.compute_partition = (rd("current_compute_partition") or "").upper() or None
         g.memory_partition = (rd("current_memory_partition") or "").upper() or None
+        for k, v in hwmon(host, dev).items():
+            if getattr(g, k) is None:
+                setattr(g, k, v)
     return gpus
+
+
+def hwmon(host: Host, dev: str) -> dict[str, float]:
+    """An amdgpu device's clock, power and temperature from its hwmon directory: ``freq1_input`` (sclk, Hz),
+    ``power1_average`` or ``power1_input`` (µW), the highest of ``temp*_input`` (m°C: edge, junction, mem)."""
+    out: dict[str, float] = {}
+    mons = host.glob(f"{dev}/hwmon/hwmon*")
+    if not mons:
+        return out
+    mon = mons[0]
+
+    def num(name: str) -> float | None:
+        v = (host.read(f"{mon}/{name}") or "").strip()
+        return float(v) if re.fullmatch(r"\d+", v) else None
+
+    if (f := num("freq1_input")) is not None:
+        out["sclk_mhz"] = round(f / 1e6, 1)
+    p = num("power1_average")
+    p = num("power1_input") if p is None else p
+    if p is not None:
+        out["power_w"] = round(p / 1e6, 1)
+    temps = [t for t in (num(f"temp{i}_input") for i in (1, 2, 3)) if t is not None]
+    if temps:
+        out["temp_c"] = round(max(temps) / 1000, 1)
+    return out
 
 
 # ------------------------------------------------------------------ orchestration

@@ -159,3 +159,18 @@ def hide_igpu(cm: Any, inp: PatchInput, out: Outcome) -> None:
             out.changes.append("environment: " + " ".join(f"{k}={v}" for k, v in f.evidence["env"].items())
                                + " (hides the integrated GPU)")
             return
+
+
+def exclude_gpu(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    """The visible-device variables that move the run off a faulty GPU: from HLTH001 (the preflight saw
+    uncorrectable errors or a recent reset) or from ``train``'s fault detection after a failed attempt."""
+    patch = None
+    for f in inp.findings:
+        if getattr(f, "id", "") == "HLTH001" and isinstance(f.evidence.get("env"), dict):
+            patch = f.evidence["env"]
+    if patch is None and inp.classification is not None:
+        patch = (inp.classification.details or {}).get("exclude_env")
+    if patch:
+        out.env.update({k: str(v) for k, v in patch.items()})
+        out.changes.append("environment: " + " ".join(f"{k}={v}" for k, v in patch.items())
+                           + " (without the faulty GPU)")

@@ -73,6 +73,10 @@ def test_device_map_fixed_by_preflight(work, tiny_llama3):
     assert run["attempts"][0]["steps"]["end"] == 4 and final_global_step(work / "out") == 4
     assert (work / "run" / "summary.md").is_file() and (work / "run" / "attempt-1.log").stat().st_size > 0
     assert (work / "run" / "loss.png").is_file()  # matplotlib is part of the LLaMA-Factory stack
+    tp = run["attempts"][0]["throughput"]  # live figures of a real LLaMA-Factory run on this CPU
+    assert tp["median_steps_per_s"] > 0 and tp["median_samples_per_s"] > 0 and tp["median_tokens_per_s"] > 0
+    assert tp["warmup_s"] > 0 and run["attempts"][0]["hang"] is None
+    assert "steps/s" in (work / "run" / "summary.md").read_text()
 
 
 @stack

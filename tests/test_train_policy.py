@@ -34,10 +34,15 @@ def ck(*steps: int, incomplete: tuple[int, ...] = ()) -> list[tuple[int, Path, b
     return [(s, Path(f"/run/out/checkpoint-{s}"), s not in incomplete) for s in steps]
 
 
+BAD = ({"index": 2, "bdf": "0000:46:00.0", "why": ["uncorrectable errors 0 -> 1"]},)
+EXCL = {"ROCR_VISIBLE_DEVICES": "0,1,3"}
+
+
 def decide(category: str, *, history=None, applied=(), checkpoints=None, diverged_at=None, resumed=False,
-           log: str = "", config=None):
+           log: str = "", config=None, faulty=(), exclude_env=None, allowed=frozenset(), suspect=""):
     failure = Failure(category=category, summary="s", classification=classify_text(log) if log else None,
-                      diverged_at=diverged_at, resumed=resumed)
+                      diverged_at=diverged_at, resumed=resumed, faulty=tuple(faulty), exclude_env=exclude_env,
+                      allowed=frozenset(allowed), suspect=suspect)
     return next_attempt(failure, config if config is not None else cfg(),
                         history=list(history if history is not None else [category]), applied=list(applied),
                         playbooks=pbs.for_category(category), checkpoints=checkpoints)
@@ -61,6 +66,15 @@ CASES = [
     ("unknown-stops", "unknown", {}, Stop, None, None),
     ("incomplete-checkpoint-skipped", "oom", {"checkpoints": ck(2, 4, incomplete=(4,))}, Retry,
      ["reduce-memory", "keep-progress"], 2),
+    ("hang-once-retries-resuming", "hang", {"checkpoints": ck(2, 4)}, Retry, ["keep-progress"], 4),
+    ("hang-twice-stops", "hang", {"history": ["hang", "hang"], "suspect": "collective"}, Stop, None, None),
+    ("gpu-fault-unidentified-stops", "gpu_hw_fault", {}, Stop, None, None),
+    ("gpu-fault-no-spare-stops", "gpu_hw_fault", {"faulty": BAD}, Stop, None, None),
+    ("gpu-fault-spare-asks-first", "gpu_hw_fault", {"faulty": BAD, "exclude_env": EXCL}, Stop, None, None),
+    ("gpu-fault-spare-allowed-moves", "gpu_hw_fault", {"faulty": BAD, "exclude_env": EXCL, "allowed": {"exclude-gpu"},
+                                                       "checkpoints": ck(3)}, Retry, ["exclude-gpu", "keep-progress"], 3),
+    ("killed-after-a-hang-still-retries", "killed_by_signal", {"history": ["hang", "killed_by_signal"]}, Retry,
+     [], None),
 ]
 
 
@@ -107,3 +121,17 @@ def test_a_pre_quantized_model_stops_qlora_fallback():
                      playbooks=pbs.for_category("bitsandbytes_unavailable"), checkpoints=None,
                      model_config={"quantization_config": {"quant_method": "gptq"}})
     assert isinstance(d, Stop) and "pre-quantized" in d.reason
+
+
+def test_hang_and_gpu_fault_reasons_name_what_to_do():
+    d = decide("hang", history=["hang", "hang"], suspect="collective")
+    assert isinstance(d, Stop) and "RCCL" in d.reason and "NCCL_P2P_DISABLE" in d.reason
+    d = decide("hang", history=["hang", "hang"], suspect="dataloader")
+    assert "dataloader_num_workers" in d.reason
+    d = decide("gpu_hw_fault", faulty=BAD, exclude_env=EXCL)
+    assert "GPU 2 (0000:46:00.0)" in d.reason and "--apply exclude-gpu" in d.reason and "ROCR_VISIBLE_DEVICES=0,1,3" in d.reason
+    d = decide("gpu_hw_fault", faulty=BAD)
+    assert "no spare GPU" in d.reason and "uncorrectable errors 0 -> 1" in d.reason
+    d = decide("gpu_hw_fault", faulty=BAD, exclude_env=EXCL, allowed={"exclude-gpu"})
+    assert isinstance(d, Retry) and d.env == EXCL
+    assert dump_config(d.config) == dump_config(cfg())  # the move is the environment; the YAML is unchanged

@@ -8,6 +8,11 @@ The rules:
 - a deterministic failure (dataset, model path, template, DeepSpeed JSON, ...) stops at once: a retry
   cannot fix it;
 - a kill by a signal is retried once unchanged, resuming; twice stops;
+- a hang (the watchdog stopped a run that made no progress while idle) is retried once unchanged, resuming;
+  a second hang stops with the diagnosis (RCCL first when the ranks sat in a collective);
+- a GPU fault is never retried on the same GPUs: with a spare GPU the ``exclude-gpu`` playbook moves the run
+  off the faulty one, but only when the user allowed it (it asks first: ``--apply exclude-gpu``); without a
+  spare, or unidentified, it stops naming the GPU and the evidence;
 - otherwise the next automatic playbook for the category that changes the config is applied (a
   playbook applied on an earlier attempt is not applied again unless it is repeatable); none left
   stops;
@@ -28,6 +33,16 @@ from doctor.classify import stops
 from doctor.config import clone
 from playbooks import PatchInput, Playbook, apply, delete_key, set_key
 
+HANG_ADVICE = {
+    "collective": "the ranks sat in a collective (RCCL/NCCL): a rank died or never joined, or peer-to-peer "
+                  "transport hangs (IOMMU not in passthrough, ACS on the PCIe path: `rocm-doctor check --only "
+                  "platform`); try NCCL_P2P_DISABLE=1 and NCCL_DEBUG=INFO, and read the hang evidence file",
+    "dataloader": "the main process waited on DataLoader workers: set `dataloader_num_workers: 0` or a larger "
+                  "/dev/shm, and read the hang evidence file",
+    "unknown": "no rank made progress and all were idle; the evidence file has the process states and "
+               "wait channels (install py-spy for the Python stacks)",
+}
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -38,6 +53,10 @@ class Failure:
     classification: Any = None         # doctor.classify.Classification, for playbook handlers
     diverged_at: int | None = None     # first diverged step, when the watch stopped the run early
     resumed: bool = False              # the attempt ran with our resume_from_checkpoint
+    faulty: tuple[dict[str, Any], ...] = ()   # GPUs the attempt faulted on: {index, bdf, name, why, evidence}
+    exclude_env: dict[str, str] | None = None  # visible-device variables without them (None: no spare GPU)
+    allowed: frozenset[str] = frozenset()      # ask-first playbooks the user allowed (``--apply``)
+    suspect: str = ""                          # a hang's suspect: collective | dataloader | unknown
 
 
 @dataclass(frozen=True)
@@ -74,6 +93,26 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
         if history.count("killed_by_signal") > 1:
             return Stop("killed by a signal twice; not retrying again (check dmesg for the OOM killer)")
         note = "Retrying once unchanged, resuming from the last checkpoint."
+    elif cat == "hang":
+        if history.count("hang") > 1:
+            return Stop("hung twice: " + HANG_ADVICE.get(failure.suspect, HANG_ADVICE["unknown"]))
+        note = "The run hung: retrying once unchanged, resuming from the last checkpoint."
+    elif cat == "gpu_hw_fault":
+        which = ", ".join(f"GPU {g.get('index')} ({g.get('bdf')}): {'; '.join(g.get('why') or [])}"
+                          for g in failure.faulty)
+        if not failure.faulty:
+            return Stop(f"gpu_hw_fault: {failure.summary} (the faulty GPU could not be identified; a retry on the "
+                        "same GPUs would fault again: check `sudo dmesg | grep amdgpu` and `amd-smi metric --ecc`)")
+        if failure.exclude_env is None:
+            return Stop(f"gpu_hw_fault on {which}; no spare GPU to move the run to: exclude it and have it serviced")
+        if "exclude-gpu" not in failure.allowed:
+            env_s = " ".join(f"{k}={v}" for k, v in failure.exclude_env.items())
+            return Stop(f"gpu_hw_fault on {which}. A spare GPU exists: rerun with `--apply exclude-gpu` to move the "
+                        f"run off it ({env_s}), or exclude it yourself")
+        env.update(failure.exclude_env)
+        names.append("exclude-gpu")
+        changes.append("environment: " + " ".join(f"{k}={v}" for k, v in failure.exclude_env.items())
+                       + " (without the faulty GPU)")
     elif stops(cat):
         return Stop(f"{cat}: {failure.summary} (a retry cannot fix this)")
     else:

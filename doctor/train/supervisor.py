@@ -4,7 +4,12 @@ One attempt = one launch of the training command on ``attempt-N.yaml`` (a copy; 
 never written) in its own process group (:mod:`doctor.train.process`), its output streamed and teed to
 ``attempt-N.log``. While it runs, ``output_dir/trainer_log.jsonl`` and the HF log lines on stdout are
 watched for NaN/Inf or a sustained loss blow-up (the run is stopped within a logging step or two), and
-the GPUs are sampled for "one GPU full, others idle" (:mod:`doctor.train.watch`).
+the GPUs are sampled for "one GPU full, others idle" and their clocks/power/temperature
+(:mod:`doctor.train.watch`). A hang watchdog stops an attempt that made no progress (no trainer-log record,
+HF log line or progress-bar step) for ``--stall-timeout`` while its processes and GPUs were idle, after
+saving the evidence (:mod:`doctor.train.hang`); a busy silence is warm-up until 4x the timeout. Throughput
+(steps/s, samples/s, tokens/s) is followed live and a drop after warm-up is reported. After a failure the
+health of the GPUs the attempt used is compared with a snapshot taken at launch (:mod:`doctor.train.faults`).
 
 After a failure the log tail is classified by :mod:`doctor.classify` (the same code as ``explain``) and
 the pure retry policy (:mod:`doctor.train.policy`) decides the next attempt: which playbook, and which
@@ -28,20 +33,37 @@ from doctor.classify import classify_file
 from doctor.config import dump_config, load_config
 from doctor.context import read_model_config, resolve_path
 from doctor.findings import Severity
+from doctor.gpuinfo import visible_gpus
 from doctor.preflight import run_check
 from doctor.redact import mask
 from doctor.render import unified_diff
-from doctor.train import policy
+from doctor.train import faults, hang, policy
 from doctor.train.process import Child, Interrupted, SignalTrap, command_for
-from doctor.train.record import Attempt, run_record, save_trainer_log, write_run
-from doctor.train.watch import DivergenceWatch, GpuSampler, TrainerLogTail, nan_or_none, parse_hf_log_line
+from doctor.train.record import Attempt, preload_plotting, run_record, save_trainer_log, write_run
+from doctor.train.watch import (
+    Activity,
+    DivergenceWatch,
+    GpuSampler,
+    Progress,
+    Throughput,
+    TrainerLogTail,
+    fmt_s,
+    judge_stall,
+    nan_or_none,
+    parse_hf_log_line,
+    stall_limit,
+)
+
+STATUS_EVERY = 60.0     # seconds between status lines while no step arrives
+ACTIVITY_EVERY = 1.0    # seconds between CPU readings of the process tree
 
 
 class Supervisor:
     def __init__(self, config: Path, *, run_dir: Path, max_attempts: int = 3, preflight: bool = True,
                  launcher: str | None = None, extra: list[str] | None = None, quiet: bool = False,
                  gpu_interval: float = 15.0, grace: float = 15.0, console: Any = None,
-                 env: dict[str, str] | None = None, cwd: Path | None = None) -> None:
+                 env: dict[str, str] | None = None, cwd: Path | None = None, stall_timeout: float | None = None,
+                 allow: set[str] | None = None, status_every: float = STATUS_EVERY) -> None:
         self.cwd = (cwd or Path.cwd()).resolve()  # LLaMA-Factory resolves relative paths from here
         self.config = config
         self.run_dir = run_dir.resolve()
@@ -53,6 +75,9 @@ class Supervisor:
         self.gpu_interval = gpu_interval
         self.grace = grace
         self.env = dict(os.environ if env is None else env)
+        self.stall_timeout = stall_timeout   # None: max(30 min, 10x the slowest step); 0: off
+        self.allow = set(allow or ())        # ask-first playbooks the user allowed (--apply)
+        self.status_every = status_every
         self.con = console
         self.attempts: list[Attempt] = []
         self.preflight_info: dict[str, Any] = {}
@@ -112,6 +137,7 @@ class Supervisor:
     def run(self) -> int:
         cm, _ = load_config(self.config)   # round-trip map; InputError for bad input
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        threading.Thread(target=preload_plotting, daemon=True).start()
         names: list[str] = []
         changes: list[str] = []
         with self.trap:
@@ -150,10 +176,13 @@ class Supervisor:
         """Ask the retry policy what to do after ``att``; carry out the bookkeeping of a retry."""
         cat = att.category or "unknown"
         od = self.output_dir(cm)
+        fault = att.gpu_fault or {}
         failure = policy.Failure(category=cat, summary=att.summary,
                                  classification=att.classification or self._classification(att),
-                                 diverged_at=att.steps.get("diverged_at") if att.early_stop else None,
-                                 resumed=att.resumed_from is not None)
+                                 diverged_at=att.steps.get("diverged_at") if att.early_stop and not att.hang else None,
+                                 resumed=att.resumed_from is not None, faulty=tuple(fault.get("gpus") or ()),
+                                 exclude_env=fault.get("exclude_env"), allowed=frozenset(self.allow),
+                                 suspect=(att.hang or {}).get("suspect", ""))
         decision = policy.next_attempt(
             failure, cm, history=[a.category for a in self.attempts if a.category],
             applied=self.applied, playbooks=pbs.for_category(cat, self.env),
@@ -213,36 +242,95 @@ class Supervisor:
         env.setdefault("PYTHONUNBUFFERED", "1")
         watch = DivergenceWatch()
         tail = TrainerLogTail(od / "trainer_log.jsonl" if od else None)
+        baseline = faults.snapshot(env)
         t0 = time.monotonic()
+        progress = Progress(t0)
+        meter = self._throughput(cm, baseline, env)
         self.child = Child(cmd, env=env, cwd=self.cwd, log_path=Path(att.log), echo=not self.quiet,
-                           on_line=lambda raw: self._on_line(raw, watch, att))
-        sampler = GpuSampler(self.gpu_interval)
+                           on_line=lambda raw: self._on_line(raw, watch, att, progress))
+        sampler = GpuSampler(self.gpu_interval, env)
         sampler.start()
         try:
-            self._monitor(att, watch, tail, sampler, t0)
+            self._monitor(att, watch, tail, sampler, t0, progress, meter, env)
         finally:
             sampler.stop_event.set()
             att.gpu_event = att.gpu_event or sampler.event
             att.gpu_peak_mib = sampler.peaks()
+            att.throughput = meter.summary()
+            att.rates = meter.series
             if self.child.poll() is None:
                 self.child.stop(signal.SIGTERM, self.grace)
             self.child.close()
         self._conclude(att, time.monotonic() - t0)
+        if att.exit_code != 0 or att.hang:
+            self._gpu_fault(att, baseline, env)
         save_trainer_log(self.run_dir, att)
         return att
 
+    def _throughput(self, cm: Any, baseline: dict[str, Any], env: dict[str, str]) -> Throughput:
+        """A meter knowing the samples per optimizer step (batch x accumulation x ranks) and the tokens per
+        sample at most (cutoff_len), for the estimate when the trainer log carries no ``throughput``."""
+        def num(v: Any, default: int) -> int:
+            return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else default
+
+        ranks = len(visible_gpus(env, baseline.get("gpus") or [])) or 1
+        nproc = str(env.get("NPROC_PER_NODE") or "")
+        if nproc.isdigit():
+            nodes = str(env.get("NNODES") or "1")
+            ranks = int(nproc) * (int(nodes) if nodes.isdigit() else 1)
+        per_step = (num(cm.get("per_device_train_batch_size"), 1) * num(cm.get("gradient_accumulation_steps"), 1)
+                    * ranks)
+        return Throughput(samples_per_step=per_step, tokens_per_sample=num(cm.get("cutoff_len"), 2048))
+
+    def _gpu_fault(self, att: Attempt, baseline: dict[str, Any], env: dict[str, str]) -> None:
+        """Compare the GPUs' health with the launch snapshot; a GPU that faulted makes this a gpu_hw_fault."""
+        after = faults.snapshot(env)
+        inv = after.get("gpus") or baseline.get("gpus") or []
+        used = visible_gpus(env, inv)
+        lines = att.evidence + _tail_lines(Path(att.log), 400)
+        bad = faults.faulty(baseline, after, lines, used)
+        if not bad:
+            return
+        att.gpu_fault = {"gpus": bad, "exclude_env": faults.exclusion(inv, used, bad, env)}
+        names = ", ".join(f"GPU {g['index']} ({g['bdf']})" for g in bad)
+        if att.category != "gpu_hw_fault":
+            att.summary = f"{names} faulted during the attempt ({'; '.join(bad[0]['why'])})" + (
+                f"; the log said {att.category}" if att.category else "")
+            att.category = "gpu_hw_fault"
+        self.say(f"[red]GPU fault:[/] {names}: " + "; ".join(w for g in bad for w in g["why"]))
+
     def _monitor(self, att: Attempt, watch: DivergenceWatch, tail: TrainerLogTail, sampler: GpuSampler,
-                 t0: float) -> None:
-        """Until the child exits: read the trainer log, stop a diverging run, report GPU imbalance, and
-        forward a Ctrl-C to the training group."""
+                 t0: float, progress: Progress, meter: Throughput, env: dict[str, str]) -> None:
+        """Until the child exits: read the trainer log, stop a diverging or hung run, report GPU imbalance
+        and throughput drops, and forward a Ctrl-C to the training group."""
         assert self.child is not None
+        activity = Activity(self.child.proc.pid)
+        next_activity = next_status = 0.0
         while True:
             if self.trap.signum is not None:
                 self.child.stop(signal.SIGINT, self.grace)
                 att.exit_code = self.child.returncode
                 att.duration_s = round(time.monotonic() - t0, 2)
                 self.trap.check()
-            self._feed_records(tail.read_new(), watch, att)
+            self._feed_records(tail.read_new(), watch, att, progress, meter, sampler)
+            now = time.monotonic()
+            if now >= next_activity:
+                next_activity = now + ACTIVITY_EVERY
+                cpu = activity.sample(now)
+                limit = stall_limit(self.stall_timeout, progress)
+                v = judge_stall(now - progress.last, limit, cpu, sampler.busy())
+                if v.state in ("hang", "busy_cap") and self.child.poll() is None and not att.early_stop:
+                    self._stop_hung(att, v.message, sampler, env, now - progress.last)
+                elif v.state == "busy" and now >= next_status:
+                    next_status = now + self.status_every
+                    self.say(f"[yellow]⟳ attempt {att.n} · {v.message}[/] (stall timeout {fmt_s(limit)}, "
+                             f"hard cap {fmt_s(4 * limit)})")
+                elif now - progress.last >= self.status_every and now >= next_status:
+                    next_status = now + self.status_every
+                    since = (f"last step {fmt_s(now - progress.last_step_at)} ago" if progress.last_step_at
+                             else f"no step yet after {fmt_s(now - t0)}")
+                    self.say(f"[dim]⟳ attempt {att.n} · step {att.steps.get('end') or 0}/"
+                             f"{att.steps.get('total') or '?'} · {since}[/]")
             if watch.diverged_at is not None and not att.early_stop:
                 att.early_stop = watch.reason
                 att.steps["diverged_at"] = watch.diverged_at
@@ -256,7 +344,20 @@ class Supervisor:
                 break
             time.sleep(0.2)
         self.child.close()
-        self._feed_records(tail.read_new(), watch, att)
+        self._feed_records(tail.read_new(), watch, att, progress, meter, sampler)
+
+    def _stop_hung(self, att: Attempt, message: str, sampler: GpuSampler, env: dict[str, str], quiet: float) -> None:
+        """Save the hang evidence (process states, py-spy, GPUs, log tail, amdgpu dmesg), then stop the group."""
+        assert self.child is not None
+        self.say(f"[red]Hang:[/] {message}; saving evidence and stopping the run.")
+        ev = hang.gather(self.child.proc.pid, log_tail=_tail_lines(Path(att.log), 50), gpus=sampler.last(),
+                         env=env, reason=message)
+        path = self.run_dir / f"attempt-{att.n}.hang.txt"
+        hang.write(path, ev)
+        att.hang = {"reason": message, "quiet_s": round(quiet, 1), "suspect": ev["suspect"], "evidence": str(path),
+                    "processes": len(ev["processes"]), "py_spy": bool(ev["py_spy"])}
+        att.early_stop = message
+        self.child.stop(signal.SIGTERM, self.grace)
 
     def _conclude(self, att: Attempt, elapsed: float) -> None:
         """Exit code or signal, and for a failure its category from the log."""
@@ -268,7 +369,10 @@ class Supervisor:
             att.exit_code = 128 - rc
         else:
             att.exit_code = rc
-        if att.early_stop:
+        if att.hang:
+            att.category = "hang"
+            att.summary = att.hang["reason"]
+        elif att.early_stop:
             att.category = "nan_or_divergent_loss"
             att.summary = att.early_stop
         elif rc != 0:
@@ -279,8 +383,11 @@ class Supervisor:
             for ev in c.evidence[:2]:
                 self.say(f"    [dim]{ev[:200]}[/]")
 
-    def _on_line(self, raw: bytes, watch: DivergenceWatch, att: Attempt) -> None:
-        """A line of the child's output: NaN/Inf in HF's log dicts (the trainer log has the finite losses)."""
+    def _on_line(self, raw: bytes, watch: DivergenceWatch, att: Attempt, progress: Progress) -> None:
+        """A line of the child's output: progress-bar steps (the watchdog), NaN/Inf in HF's log dicts (the
+        trainer log has the finite losses)."""
+        if b"/" in raw and b"[" in raw:
+            progress.line(raw.decode("utf-8", "replace"))
         if b"{'" not in raw:
             return
         for seg in raw.decode("utf-8", "replace").split("\r"):
@@ -288,16 +395,30 @@ class Supervisor:
             if not vals or "learning_rate" not in vals:
                 continue  # the final {'train_runtime': ..., 'train_loss': ...} is not a step
             att.hf_logs += 1
+            progress.tick(step=True)
             # the progress bar on these lines lags by a step; count logging steps instead
             step = att.step_base + att.hf_logs * att.logging_steps if att.logging_steps else att.steps.get("end")
             loss = vals.get("loss")
             with self._lock:
                 watch.feed(step, loss if loss is not None and not math.isfinite(loss) else None, vals.get("grad_norm"))
 
-    def _feed_records(self, records: list[dict[str, Any]], watch: DivergenceWatch, att: Attempt) -> None:
+    def _feed_records(self, records: list[dict[str, Any]], watch: DivergenceWatch, att: Attempt,
+                      progress: Progress | None = None, meter: Throughput | None = None,
+                      sampler: GpuSampler | None = None) -> None:
         for rec in records:
             step = rec.get("current_steps")
             att.records.append(rec)
+            if progress is not None:
+                progress.tick(step=True)
+            if meter is not None and progress is not None:
+                drop = meter.feed(rec, time.monotonic(), progress.started)
+                if drop:
+                    who = sampler.straggler() if sampler is not None else None
+                    if who:
+                        drop["gpu"] = who
+                    self.say(f"[yellow]Throughput:[/] {drop['drop_pct']}% below the run's median at step "
+                             f"{drop['step']} ({drop['steps_per_s']:.3g} vs {drop['median_steps_per_s']:.3g} steps/s)"
+                             + (f"; {who}" if who else "") + ": throttling, a straggler or a slow kernel?")
             if "loss" not in rec:
                 continue
             if att.steps["start"] is None:
@@ -309,8 +430,10 @@ class Supervisor:
             with self._lock:
                 watch.feed(step, float(loss) if isinstance(loss, (int, float)) else nan_or_none(loss))
             shown = f"{loss:.4g}" if isinstance(loss, float) else loss
+            rate = meter.status() if meter is not None else ""
             self.say(f"[dim]⟳ attempt {att.n} · step {step}/{rec.get('total_steps')} · loss {shown} · "
-                     f"{rec.get('elapsed_time', '')} elapsed · ETA {rec.get('remaining_time', '?')}[/]")
+                     f"{rec.get('elapsed_time', '')} elapsed · ETA {rec.get('remaining_time', '?')}"
+                     + (f" · {rate}" if rate else "") + "[/]")
 
     # ---------------------------------------------------------- results
     def finish(self, interrupted: bool = False) -> int:
@@ -319,3 +442,17 @@ class Supervisor:
         write_run(self.run_dir, run, self.attempts)
         self.say(f"Run directory: {self.run_dir}")
         return 0 if self.outcome == "succeeded" else 1
+
+
+def _tail_lines(path: Path, n: int) -> list[str]:
+    """The last ``n`` lines of an attempt's log (reads at most the last 256 KiB)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 256 * 1024))
+            data = f.read()
+    except OSError:
+        return []
+    lines = data.decode("utf-8", "replace").replace("\r", "\n").splitlines()
+    return [ln for ln in lines if ln.strip()][-n:]

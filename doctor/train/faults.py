@@ -1,0 +1,70 @@
+"""Which GPU a failed attempt faulted on, from the health data of the GPUs it used.
+
+A snapshot before the launch and one after the failure, through the health area's own parsers
+(:mod:`doctor.health`: sysfs RAS counters, retired pages, the amdgpu lines of dmesg) and the inventory
+(:mod:`doctor.gpuinfo`): a GPU whose uncorrectable count grew, that gained retired pages, or that got a
+reset / ring timeout / `GPU Hang` / RAS event during the attempt faulted; so did the KFD node a
+``HW Exception by GPU node-N`` / ``Memory access fault by GPU node-N`` line names and the PCI address of an
+``amdgpu 0000:xx:00.0`` line in the log. The policy decides what to do with it.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from doctor import gpuinfo, health
+from doctor.host import Host
+
+NODE = re.compile(r"(?:HW Exception|Memory access fault) by GPU node-(\d+)")
+BDF = re.compile(r"amdgpu (\d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])", re.I)
+
+
+def snapshot(env: dict[str, str] | None) -> dict[str, Any]:
+    """GPUs (inventory) and their health now. sysfs and dmesg only: amd-smi would cost a second per call."""
+    try:
+        host = Host.from_env(env)
+        gpus = [g.to_dict() for g in gpuinfo.inventory(host, env=env, use_library=False)[0]]
+        h = health.gather(host, gpus, use_amd_smi=False).to_dict() if gpus else {"gpus": [], "events": []}
+    except Exception as e:  # never let the watchdog take the supervisor down
+        return {"gpus": [], "health": {"gpus": [], "events": []}, "error": f"{type(e).__name__}: {e}"}
+    return {"gpus": gpus, "health": h}
+
+
+def _by_bdf(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {str(x.get("bdf") or "").lower(): x for x in (snap.get("health") or {}).get("gpus") or []}
+
+
+def faulty(before: dict[str, Any], after: dict[str, Any], log_lines: list[str],
+           used: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The GPUs of ``used`` (inventory entries) that faulted between the snapshots or that the log names."""
+    b, a = _by_bdf(before), _by_bdf(after)
+    text = "\n".join(log_lines)
+    nodes = {int(n) for n in NODE.findall(text)}
+    bdfs = {x.lower() for x in BDF.findall(text)}
+    out = []
+    for g in used:
+        if g.get("vendor") != "amd":
+            continue
+        bdf = str(g.get("bdf") or "").lower()
+        why: list[str] = []
+        x, y = b.get(bdf) or {}, a.get(bdf) or {}
+        if (y.get("uncorrectable") or 0) > (x.get("uncorrectable") or 0):
+            why.append(f"uncorrectable errors {x.get('uncorrectable') or 0} -> {y['uncorrectable']}")
+        if (y.get("bad_pages") or 0) > (x.get("bad_pages") or 0):
+            why.append(f"retired pages {x.get('bad_pages') or 0} -> {y['bad_pages']}")
+        old = {e["line"] for e in x.get("events") or []}
+        new = [e for e in y.get("events") or [] if e["kind"] in health.SEVERE and e["line"] not in old]
+        if new:
+            why.append(f"{', '.join(sorted({e['kind'].replace('_', ' ') for e in new}))} in the kernel log")
+        if g.get("kfd_node") is not None and int(g["kfd_node"]) in nodes:
+            why.append(f"the log names GPU node-{g['kfd_node']}")
+        if bdf and bdf in bdfs and not why:
+            why.append("the log's amdgpu lines name it")
+        if why:
+            out.append({"index": g.get("index"), "bdf": bdf, "name": g.get("name"), "why": why,
+                        "evidence": [e["line"] for e in new[-5:]]})
+    return out
+
+
+exclusion = gpuinfo.exclusion  # the same answer the health area's HLTH001 carries
