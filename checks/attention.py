@@ -87,7 +87,17 @@ ATTN008 = Code(
     fix='export TORCH_ROCM_AOTRITON_ENABLE_EXPERIMENTAL=1',
 )
 
-CODES = (ATTN000, ATTN001, ATTN002, ATTN003, ATTN004, ATTN005, ATTN006, ATTN007, ATTN008)
+ATTN009 = Code(
+    AREA, "ATTN009", Severity.INFO, 'FlashAttention-2 and SDPA both healthy: which is faster here',
+    why="Both kernels passed the reference checks at the model's shape; their forward + backward times on this GPU "
+        "say which `flash_attn` setting trains faster.",
+    fix='Nothing to do; pick the faster one (`flash_attn: fa2` or `sdpa`).',
+)
+
+CODES = (ATTN000, ATTN001, ATTN002, ATTN003, ATTN004, ATTN005, ATTN006, ATTN007, ATTN008, ATTN009)
+
+CASES = {"padded_mask": "with a padded attention mask (HF's path without packing)",
+         "large_values": "with large-magnitude inputs", "large_flash_attn": "flash-attn with large-magnitude inputs"}
 
 
 def _precision(ctx: Context) -> str:
@@ -163,6 +173,17 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
     fa2_used = impl == "flash_attention_2" if impl else (flash_cfg == "fa2" and fa.get("status") != "not_installed")
     fa_label = f"flash-attn {data.get('flash_attn_version', '')}" + (
         f" ({data['flash_attn_backend']})" if data.get("flash_attn_backend") else "")
+    lfa = (data.get("cases") or {}).get("large_flash_attn") or {}
+    if fa.get("status") == "ok" and lfa.get("status") in ("error", "wrong"):
+        fa = {**lfa, "status": lfa["status"], "error": lfa.get("error") or "wrong with large-magnitude inputs: fwd err "
+              f"{lfa.get('fwd_err')} (baseline {lfa.get('baseline_fwd')})"}
+    t = data.get("timing_ms") or {}
+    if t.get("sdpa") and t.get("flash_attn"):
+        fast, slow = ("flash_attn", "sdpa") if t["flash_attn"] < t["sdpa"] else ("sdpa", "flash_attn")
+        out.append(ATTN009.finding(f"{'fa2' if fast == 'flash_attn' else 'sdpa'} is faster here: "
+                                   f"{t[fast]:.2f} vs {t[slow]:.2f} ms per forward + backward "
+                                   f"({(1 - t[fast] / t[slow]) * 100:.0f} % less)",
+                                   f"shape {data.get('shape')}, {data.get('dtype')}", timing_ms=t))
     if fa2_used and fa.get("status") in ("error", "wrong"):
         why = "" if flash_cfg == "fa2" else f" (LLaMA-Factory picks FlashAttention-2 for this model with `flash_attn: {flash_cfg}`)"
         detail = fa.get("error") or f"forward error {fa.get('fwd_err')} vs baseline {data.get('baseline_fwd')}"
@@ -189,6 +210,12 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
                 out.append(ATTN002.finding(f"SDPA {name} backend {'gives wrong results' if b['status'] == 'wrong' else 'fails'}",
                                 b.get("error") or f"fwd err {b.get('fwd_err')} (baseline {data.get('baseline_fwd')}), "
                                 f"grad err {b.get('grad_err')}", backend=name, result=b))
+        for case, c in (data.get("cases") or {}).items():
+            if c.get("kind") == "sdpa" and c.get("status") in ("wrong", "error"):
+                out.append(ATTN002.finding(f"SDPA {'gives wrong results' if c['status'] == 'wrong' else 'fails'} "
+                                           f"{CASES.get(case, case)}", c.get("error") or
+                                           f"fwd err {c.get('fwd_err')} (baseline {c.get('baseline_fwd')}), grad err "
+                                           f"{c.get('grad_err')}, finite {c.get('finite')}", case=case, result=c))
         fused = [n for n in ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "CUDNN_ATTENTION")
                  if (backends.get(n) or {}).get("status") == "ok"]
         if data.get("device") == "cuda" and not fused and cutoff_len >= 4096:

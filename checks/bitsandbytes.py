@@ -54,14 +54,47 @@ BNB005 = Code(
     fix="Install the bitsandbytes build for torch's ROCm, or set BNB_ROCM_VERSION.",
 )
 
-CODES = (BNB000, BNB001, BNB002, BNB003, BNB004, BNB005)
+BNB006 = Code(
+    AREA, "BNB006", Severity.ERROR, "Pre-quantized bnb-4bit checkpoint on a wave64 Instinct GPU needs bitsandbytes >= 0.49.2",
+    why="Pre-quantized bitsandbytes 4-bit checkpoints (the Hub's `-bnb-4bit` models) are quantized with blocksize "
+        "64. On ROCm, bitsandbytes before 0.49 hard-codes blocksize 128 (`blocksize = 64 if not HIP_ENVIRONMENT else "
+        "128` in Params4bit), and 0.49.0/0.49.1 support 64 only on wave32 GPUs (RDNA); on wave64 Instinct GPUs "
+        "(gfx90a/gfx942/gfx950: `ROCM_WARP_SIZE_64`) such checkpoints load only from 0.49.2 on. Source: Unsloth's "
+        "own gate for this (unsloth/device_type.py: ALLOW_PREQUANTIZED_MODELS) and bitsandbytes' cextension.py.",
+    fix="`pip install 'bitsandbytes>=0.49.2'`, or train from the unquantized checkpoint with `quantization_bit: 4`.",
+)
+
+CODES = (BNB000, BNB001, BNB002, BNB003, BNB004, BNB005, BNB006)
+
+
+WAVE64 = ("gfx90", "gfx94", "gfx95")  # CDNA Instinct parts run wave64 (gfx908/90a/942/950)
+
+
+def _ver(v: Any) -> tuple[int, ...]:
+    import re
+
+    return tuple(int(x) for x in re.findall(r"\d+", str(v or ""))[:3])
+
+
+def judge_prequantized(qc: dict[str, Any] | None, version: Any, torch_hip: str | None,
+                       archs: list[str]) -> list[Finding]:
+    """A pre-quantized bnb-4bit checkpoint on a wave64 Instinct GPU with a bitsandbytes that cannot load it."""
+    if not qc or str(qc.get("quant_method", "")).lower() != "bitsandbytes" or not qc.get("load_in_4bit", True):
+        return []
+    wave64 = sorted({a for a in archs if a.startswith(WAVE64)})
+    if not torch_hip or not wave64 or not version or _ver(version) >= (0, 49, 2):
+        return []
+    return [BNB006.finding(f"bitsandbytes {version} cannot load this pre-quantized 4-bit checkpoint on "
+                           f"{', '.join(wave64)}", "The checkpoint's blocksize is 64; this GPU runs wave64.",
+                           version=version, archs=wave64)]
 
 
 def judge_bnb(data: dict[str, Any], qbit: Any, qmethod: str, model_cfg: dict[str, Any] | None,
-              torch_hip: str | None) -> list[Finding]:
+              torch_hip: str | None, archs: list[str] | None = None) -> list[Finding]:
     out: list[Finding] = []
     wants = qbit is not None and qmethod == "bnb"
     qc = (model_cfg or {}).get("quantization_config")
+    out += judge_prequantized(qc, data.get("version"), torch_hip, archs or [])
     if qc:
         out.append(BNB004.finding(f"Model is pre-quantized ({qc.get('quant_method', '?')})",
                         "quantization_bit is ignored for it; qlora-to-lora cannot un-quantize it.", quantization_config=qc))
@@ -113,5 +146,6 @@ def bitsandbytes(ctx: Context) -> list[Finding]:
     data, fails = probe_data(ctx, "bnb", AREA)
     if data is None:
         return fails
+    t = ctx.probes["torch"].data
     return judge_bnb(data, ctx.cfg("quantization_bit"), str(ctx.cfg("quantization_method", "bnb")),
-                     ctx.model_config(), ctx.probes["torch"].data.get("hip"))
+                     ctx.model_config(), t.get("hip"), [d.get("arch") or "" for d in t.get("devices") or []])

@@ -37,6 +37,7 @@ CHECK_MODULES: tuple[str, ...] = (
     "checks.attention",
     "checks.bitsandbytes",
     "checks.gpus",
+    "checks.features",
     "checks.memory",
     "checks.platform",
     "checks.health",

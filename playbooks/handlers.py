@@ -174,3 +174,64 @@ def exclude_gpu(cm: Any, inp: PatchInput, out: Outcome) -> None:
         out.env.update({k: str(v) for k, v in patch.items()})
         out.changes.append("environment: " + " ".join(f"{k}={v}" for k, v in patch.items())
                            + " (without the faulty GPU)")
+
+
+def _ds_json(cm: Any) -> tuple[dict[str, Any] | None, str]:
+    """The DeepSpeed config the YAML names (inline, or the JSON file it points at, from the working directory
+    as LLaMA-Factory resolves it) as a plain dict, and where it came from."""
+    import json
+    import os
+
+    ds = cm.get("deepspeed")
+    if isinstance(ds, dict):
+        return json.loads(json.dumps(ds)), "inline"
+    if isinstance(ds, str) and ds:
+        try:
+            with open(os.path.expanduser(ds), encoding="utf-8") as f:
+                conf = json.load(f)
+            return (conf, ds) if isinstance(conf, dict) else (None, ds)
+        except (OSError, ValueError):
+            return None, ds
+    return None, ""
+
+
+def _inline_ds(cm: Any, conf: dict[str, Any], src: str, out: Outcome, what: str) -> None:
+    """Put the edited DeepSpeed config into the YAML copy as a mapping (TrainingArguments.deepspeed takes a
+    dict or a path): the user's JSON file is never written."""
+    from ruamel.yaml.comments import CommentedMap
+
+    def cmap(o: Any) -> Any:
+        if isinstance(o, dict):
+            m = CommentedMap()
+            for k, v in o.items():
+                m[k] = cmap(v)
+            return m
+        return [cmap(x) for x in o] if isinstance(o, list) else o
+
+    set_key(cm, "deepspeed", cmap(conf))
+    out.changes.append(f"deepspeed: {what} (from {src}, inlined into the copy; your JSON is unchanged)")
+
+
+def deepspeed_no_offload(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    """ZeRO without CPU/NVMe offload: DeepSpeed then needs no cpu_adam build (and the GPUs must hold the
+    optimizer states: the memory fit says whether they do)."""
+    conf, src = _ds_json(cm)
+    zero = (conf or {}).get("zero_optimization")
+    if not isinstance(zero, dict) or not ({"offload_optimizer", "offload_param"} & set(zero)):
+        return
+    for k in ("offload_optimizer", "offload_param"):
+        zero.pop(k, None)
+    _inline_ds(cm, conf, src, out, "offload_optimizer / offload_param removed")
+
+
+def deepspeed_stage2(cm: Any, inp: PatchInput, out: Outcome) -> None:
+    """ZeRO-3 -> ZeRO-2: the stage LLaMA-Factory accepts with pre-quantized checkpoints and 8-bit QLoRA."""
+    conf, src = _ds_json(cm)
+    zero = (conf or {}).get("zero_optimization")
+    if not isinstance(zero, dict) or zero.get("stage") != 3:
+        return
+    zero["stage"] = 2
+    for k in list(zero):
+        if k.startswith("stage3_") or k == "offload_param":
+            zero.pop(k)
+    _inline_ds(cm, conf, src, out, "ZeRO stage 3 -> 2 (stage3_* settings and offload_param removed)")

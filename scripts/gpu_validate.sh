@@ -27,7 +27,7 @@ export DISABLE_VERSION_CHECK=1 HF_HUB_OFFLINE=1 PYTHONUNBUFFERED=1 COLUMNS=160
 W=$(mktemp -d /tmp/gv-XXXX)
 LOG=$OUT/gpu-validation.log
 
-# STEPS=bench,tests,model,check,train,dist selects sections (default: all; check/train/dist need model)
+# STEPS=bench,tests,features,model,check,train,dist selects sections (default: all; check/train/dist need model)
 want() { [[ ",${STEPS:-all}," == *",all,"* || ",${STEPS:-}," == *",$1,"* ]]; }
 section() { echo; echo "=== $* (t=$((SECONDS - T0)) s, $(date +%T))"; }
 # step SECONDS CMD...: run with a time limit; exit status and wall time go to stderr (stdout may be a JSON file)
@@ -70,6 +70,23 @@ EOF
   else
     echo "pytest not installed here; GPU tests skipped"
   fi
+  fi
+
+  if want features; then
+  section "feature probes (DeepSpeed ops, bitsandbytes optimizer, Liger), whichever packages are installed"
+  step 400 "$PY" - "$OUT" <<'EOF'
+import importlib.util, json, sys
+from doctor.probes import features as f
+out = {}
+if importlib.util.find_spec("deepspeed"):
+    out["deepspeed"] = f.probe_deepspeed(["cpu_adam", "fused_adam"])
+if importlib.util.find_spec("bitsandbytes"):
+    out["bnb_optim"] = [f.probe_bnb_optimizer(o) for o in ("paged_adamw_8bit", "adamw_8bit", "lion_8bit")]
+if importlib.util.find_spec("liger_kernel"):
+    out["liger"] = f.probe_liger("llama")
+json.dump(out, open(f"{sys.argv[1]}/features.json", "w"), indent=1)
+print(json.dumps(out, indent=1)[:4000] if out else "none of deepspeed / bitsandbytes / liger-kernel is installed")
+EOF
   fi
 
   want model || { section "done"; exit 0; }

@@ -129,3 +129,28 @@ def test_fa2_without_flash_attn_is_reported(tmp_path):
     r = run_cli("check", str(cfg), "--json", "--only", "torch,attention", timeout=300)
     f = by_id(json.loads(r.stdout))["ATTN005"]  # LLaMA-Factory falls back by itself: info, not an error
     assert f["severity"] == "info" and "not installed" in f["title"]
+
+
+def test_feature_probes_run_for_real_where_installed():
+    """The DeepSpeed op, bitsandbytes optimizer and Liger probes on the GPU (each skipped where its package
+    is not installed on the lent machine)."""
+    import importlib.util
+
+    from checks import features
+    from doctor.probes import features as probes
+
+    ran = 0
+    if importlib.util.find_spec("bitsandbytes"):
+        d = probes.probe_bnb_optimizer("paged_adamw_8bit")
+        assert d["status"] in ("ok", "error", "wrong") and (features.judge_bnb_optim(d) == []) == (d["status"] == "ok")
+        ran += 1
+    if importlib.util.find_spec("liger_kernel"):
+        d = probes.probe_liger("llama")
+        assert d["status"] in ("ok", "error", "wrong")
+        ran += 1
+    if importlib.util.find_spec("deepspeed"):
+        d = probes.probe_deepspeed(["fused_adam"])
+        assert d["accelerator"] == "cuda" and "fused_adam" in d["ops"]
+        ran += 1
+    if not ran:
+        pytest.skip("none of bitsandbytes / liger-kernel / deepspeed installed here")

@@ -108,7 +108,7 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
     low_o, low_g = run(_attn_ref, qd, kd, vd)
 
     def err(o, grads):
-        return float((o - ref_o).abs().max()), [float((a - b).abs().max()) for a, b in zip(grads, ref_g, strict=True)]
+        return float((o - ref_o).detach().abs().max()), [float((a - b).detach().abs().max()) for a, b in zip(grads, ref_g, strict=True)]
 
     base_f, base_g = err(low_o, low_g)
     out: dict[str, Any] = {"device": dev, "dtype": dtype, "shape": [batch, heads, kv_heads, seq, head_dim],
@@ -148,7 +148,9 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
     out["sdpa_warnings"] = list(dict.fromkeys(
         str(w.message)[:300] for w in seen
         if any(k in str(w.message) for k in ("experimental", "not compiled", "attention", "AOTriton", "Ignoring"))))[:6]
+    out["cases"] = _training_cases(q, k, v, dout, dt, rep, run)
     # the flash_attn package (what `flash_attn: fa2` uses)
+    fa_fn = None
     try:
         import flash_attn  # noqa: F401
         from flash_attn import flash_attn_func
@@ -168,6 +170,7 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
                 ok = finite and f_err <= 2 * base_f + 1e-3 and all(
                     ge <= 10 * bg + 1e-3 for ge, bg in zip(g_err, base_g, strict=True))
                 out["flash_attn"] = {"status": "ok" if ok else "wrong", "fwd_err": f_err, "grad_err": g_err}
+                fa_fn = fa
             except Exception as e:
                 out["flash_attn"] = {"status": "error", "error": f"{type(e).__name__}: {str(e)[:300]}"}
     except ImportError as e:
@@ -175,7 +178,95 @@ def probe_attention(heads: int = 32, kv_heads: int = 8, head_dim: int = 128, dty
                              "error": str(e)[:300]}
     except Exception as e:  # an ABI mismatch can raise other errors at import
         out["flash_attn"] = {"status": "error", "error": f"{type(e).__name__}: {str(e)[:300]}"}
+    if fa_fn is not None:
+        out["cases"]["large_flash_attn"] = _large_case(q, k, v, dout, dt, rep, run, fa_fn)
+        sdpa_ok = all(c.get("status") == "ok" for c in out["cases"].values() if c.get("kind") == "sdpa")
+        if sdpa_ok:
+            out["timing_ms"] = _time_both(qd, kd, vd, dout, rep, fa_fn)
     return out
+
+
+def _compare(o: Any, grads: list[Any], ref: tuple[Any, list[Any]], low: tuple[Any, list[Any]]) -> dict[str, Any]:
+    """flash-attn's rule against an fp32 reference: forward error <= 2x, gradients <= 10x the error of the same
+    math in the low precision dtype; non-finite is wrong."""
+    import torch
+
+    f = float((o - ref[0]).abs().max())
+    g = [float((a - b).abs().max()) for a, b in zip(grads, ref[1], strict=True)]
+    bf = float((low[0] - ref[0]).abs().max())
+    bg = [float((a - b).abs().max()) for a, b in zip(low[1], ref[1], strict=True)]
+    finite = bool(torch.isfinite(o).all()) and all(bool(torch.isfinite(x).all()) for x in grads)
+    ok = finite and f <= 2 * bf + 1e-3 and all(x <= 10 * y + 1e-3 for x, y in zip(g, bg, strict=True))
+    return {"status": "ok" if ok else "wrong", "fwd_err": f, "grad_err": g, "baseline_fwd": bf, "finite": finite}
+
+
+def _masked_ref(mask: Any) -> Any:
+    def ref(q: Any, k: Any, v: Any) -> Any:
+        scores = (q @ k.transpose(-1, -2)) / (q.shape[-1] ** 0.5)
+        return scores.masked_fill(~mask, float("-inf")).softmax(-1) @ v
+    return ref
+
+
+def _training_cases(q: Any, k: Any, v: Any, dout: Any, dt: Any, rep: int, run: Any) -> dict[str, Any]:
+    """SDPA as training reaches it: with a padded attention mask (HF's path without packing: the last quarter of
+    one sequence is padding) and with large-magnitude inputs (logits of a trained model), in the default
+    dispatch torch picks."""
+    import torch
+    import torch.nn.functional as F
+
+    cases: dict[str, Any] = {}
+    b, _, s, _ = q.shape
+    mask = torch.ones(b, 1, s, s, dtype=torch.bool, device=q.device).tril()
+    mask[0, :, :, (3 * s) // 4:] = False
+    mask[0, :, :, 0] = True  # every query row keeps a key (a fully masked row is NaN in any kernel)
+    try:
+        ref = run(_masked_ref(mask), *(t.to(dt).float() for t in (q, k, v)))
+        low = run(_masked_ref(mask), *(t.to(dt) for t in (q, k, v)))
+        o, grads = run(lambda a, bb, c: F.scaled_dot_product_attention(a, bb, c, attn_mask=mask), *(t.to(dt) for t in (q, k, v)))
+        cases["padded_mask"] = {"kind": "sdpa", **_compare(o, grads, ref, low)}
+    except RuntimeError as e:
+        cases["padded_mask"] = {"kind": "sdpa", "status": "error", "error": str(e).splitlines()[0][:300]}
+    big = [t * 12 for t in (q, k)] + [v]
+    try:
+        ref = run(_attn_ref, *(t.to(dt).float() for t in big))
+        low = run(_attn_ref, *(t.to(dt) for t in big))
+        o, grads = run(lambda a, bb, c: F.scaled_dot_product_attention(a, bb, c, is_causal=True), *(t.to(dt) for t in big))
+        cases["large_values"] = {"kind": "sdpa", **_compare(o, grads, ref, low)}
+    except RuntimeError as e:
+        cases["large_values"] = {"kind": "sdpa", "status": "error", "error": str(e).splitlines()[0][:300]}
+    return cases
+
+
+def _large_case(q: Any, k: Any, v: Any, dout: Any, dt: Any, rep: int, run: Any, fa: Any) -> dict[str, Any]:
+    big = [t * 12 for t in (q, k)] + [v]
+    try:
+        ref = run(_attn_ref, *(t.to(dt).float() for t in big))
+        low = run(_attn_ref, *(t.to(dt) for t in big))
+        o, grads = run(fa, *(t.to(dt) for t in big))
+        return {"kind": "flash_attn", **_compare(o, grads, ref, low)}
+    except Exception as e:
+        return {"kind": "flash_attn", "status": "error", "error": f"{type(e).__name__}: {str(e)[:300]}"}
+
+
+def _time_both(qd: Any, kd: Any, vd: Any, dout: Any, rep: int, fa: Any, iters: int = 10) -> dict[str, float]:
+    """Forward + backward per call at the model's shape: SDPA's default dispatch vs flash_attn."""
+    import torch
+    import torch.nn.functional as F
+
+    def bench(fn: Any, kk: Any, vv: Any) -> float:
+        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (qd, kk, vv))
+        for i in range(iters + 2):
+            if i == 2:
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+            o = fn(qq, kk, vv)
+            o.backward(dout.to(o.dtype))
+        torch.cuda.synchronize()
+        return round((time.perf_counter() - t0) / iters * 1000, 3)
+
+    sdpa = bench(lambda a, b, c: F.scaled_dot_product_attention(a, b, c, is_causal=True),
+                 kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1))
+    return {"sdpa": sdpa, "flash_attn": bench(fa, kd.repeat_interleave(rep, 1), vd.repeat_interleave(rep, 1))}
 
 
 def _fa_backend() -> str:

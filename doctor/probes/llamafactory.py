@@ -108,6 +108,13 @@ def probe_lf_parse(config_path: str) -> dict[str, Any]:
     known = {f.name for cls in _TRAIN_ARGS for f in dataclasses.fields(cls) if f.init}
     out["unknown_keys"] = sorted(k for k in args if k not in known)
     clean = {k: v for k, v in args.items() if k in known}
+    import importlib.util
+
+    if clean.get("deepspeed") and importlib.util.find_spec("deepspeed") is None:
+        # TrainingArguments would stop at the missing package with accelerate's garbled message; the features
+        # area names every missing package at once
+        clean.pop("deepspeed")
+        out["skipped"] = ["deepspeed"]
     try:
         parser.parse_dict({k: v for k, v in clean.items() if k not in _PRECISION_KEYS}, allow_extra_keys=True)
     except Exception as e:
@@ -125,6 +132,10 @@ def probe_lf_parse(config_path: str) -> dict[str, Any]:
     logging.getLogger("llamafactory").addHandler(grab)
     validate = {k: v for k, v in clean.items() if k not in _PRECISION_KEYS and k != "deepspeed"}
     os.environ.setdefault("DISABLE_VERSION_CHECK", "1")  # versions are judged by the torch check
+    from llamafactory.hparams import parser as lfp
+
+    real_check = lfp.check_version
+    lfp.check_version = lambda requirement, mandatory=False: None  # packages: the features area, all at once
     try:
         model_args, data_args, training_args, finetuning_args, _ = get_train_args(validate)
         out["resolved"] = {
@@ -137,6 +148,7 @@ def probe_lf_parse(config_path: str) -> dict[str, Any]:
     except Exception as e:
         out["validate_error"] = f"{type(e).__name__}: {e}"
     finally:
+        lfp.check_version = real_check
         logging.getLogger("llamafactory").removeHandler(grab)
     out["warnings"] = records[:20]
     return out
