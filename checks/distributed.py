@@ -92,7 +92,83 @@ DIST009 = Code(
     fix='Nothing to do; compare across runs and nodes.',
 )
 
-CODES = (DIST000, DIST001, DIST002, DIST003, DIST004, DIST005, DIST006, DIST007, DIST008, DIST009)
+DIST010 = Code(
+    AREA, "DIST010", Severity.ERROR, 'Nodes to exclude',
+    why="Some nodes have errors the others do not (a failed local check, a GPU fault from the health area), a "
+        "rank that never joined, or a straggler: a job including them fails or runs at their pace. The healthy "
+        "nodes are listed too.",
+    fix='Resubmit without them: `sbatch --exclude=NODES ...` (or `srun --exclude=...`), and drain them for the '
+        'admins (`scontrol update nodename=NODE state=drain reason=...`).',
+)
+
+CODES = (DIST000, DIST001, DIST002, DIST003, DIST004, DIST005, DIST006, DIST007, DIST008, DIST009, DIST010)
+
+MATRIX_AREAS = ("torch", "config", "platform", "health", "gpus", "bf16", "attention", "features", "memory",
+                "collectives")
+_SEV = {"error": 0, "warning": 1, "info": 2, "ok": 3}
+
+
+def node_of(r: dict[str, Any]) -> str:
+    return str(r.get("node") or r.get("host") or f"rank{r.get('rank')}")
+
+
+def node_matrix(ranks: list[dict[str, Any]], cluster: list[Finding], missing: list[dict[str, Any]] | None = None
+                ) -> dict[str, Any]:
+    """Worst severity per node and area, the nodes to exclude (with why) and the healthy ones (pure).
+
+    An error every node shares is the job's (a dataset path, a torch build): it excludes no node, except a
+    health-area error (a GPU fault is hardware, node by node). A rank that never arrived excludes its node,
+    and so does a straggler (DIST007) when the job spans several nodes."""
+    nodes: dict[str, dict[str, str]] = {}
+    errors: dict[str, set[str]] = {}
+    ranks_of: dict[str, list[int]] = {}
+    for r in ranks:
+        n = node_of(r)
+        cells = nodes.setdefault(n, {})
+        ranks_of.setdefault(n, []).append(int(r.get("rank", -1)))
+        for f in r.get("findings") or []:
+            area = f.get("check") or "?"
+            sev = f.get("severity", "ok")
+            if area in MATRIX_AREAS and (area not in cells or _SEV.get(sev, 3) < _SEV[cells[area]]):
+                cells[area] = sev
+            if sev == "error":
+                errors.setdefault(n, set()).add(f"{f.get('id')} ({area})")
+        cells.setdefault("collectives", "ok")
+    for m in missing or []:
+        n = str(m.get("node") or f"rank{m['rank']}")
+        nodes.setdefault(n, {})["collectives"] = "error"
+        ranks_of.setdefault(n, []).append(int(m["rank"]))
+    by_rank = {int(r.get("rank", -1)): node_of(r) for r in ranks}
+    stragglers = {by_rank.get(int(f.evidence.get("rank", -1))) for f in cluster if f.id == "DIST007"} - {None}
+    for n in stragglers:
+        nodes[n]["collectives"] = "warning"
+    shared = set.intersection(*errors.values()) if errors and len(errors) == len(nodes) else set()
+    reasons: dict[str, list[str]] = {}
+    for n, errs in errors.items():
+        own = sorted(e for e in errs if e not in shared or e.endswith("(health)"))
+        if own:
+            reasons.setdefault(n, []).extend(own)
+    for m in missing or []:
+        n = str(m.get("node") or f"rank{m['rank']}")
+        reasons.setdefault(n, []).append(f"rank {m['rank']} never joined")
+    for n in stragglers if len(nodes) > 1 else ():  # within one node a straggler is a GPU's, not the node's
+        reasons.setdefault(n, []).append("straggler (DIST007)")
+    exclude = sorted(reasons)
+    return {"nodes": {n: {a: cells.get(a) for a in MATRIX_AREAS} for n, cells in sorted(nodes.items())},
+            "ranks_by_node": {n: sorted(v) for n, v in sorted(ranks_of.items())},
+            "exclude": exclude, "healthy": sorted(n for n in nodes if n not in reasons),
+            "reasons": {n: sorted(set(v)) for n, v in sorted(reasons.items())},
+            "job_errors": sorted(e for e in shared if not e.endswith("(health)"))}
+
+
+def exclude_finding(matrix: dict[str, Any]) -> list[Finding]:
+    if not matrix["exclude"]:
+        return []
+    ex = ",".join(matrix["exclude"])
+    return [DIST010.finding(f"Exclude {len(matrix['exclude'])} of {len(matrix['nodes'])} node(s): --exclude={ex}",
+                            "\n".join(f"{n}: {'; '.join(r)}" for n, r in matrix["reasons"].items())
+                            + (f"\nhealthy: {','.join(matrix['healthy'])}" if matrix["healthy"] else ""),
+                            exclude=matrix["exclude"], healthy=matrix["healthy"])]
 
 
 def fingerprint(ctx: Any, env_summary: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +188,7 @@ def fingerprint(ctx: Any, env_summary: dict[str, Any]) -> dict[str, Any]:
 
 
 def _where(ranks: list[dict[str, Any]], idx: list[int]) -> str:
-    hosts = sorted({ranks[i]["host"] for i in idx})
+    hosts = sorted({node_of(ranks[i]) for i in idx})
     r = ",".join(str(ranks[i]["rank"]) for i in idx)
     return f"rank{'s' if len(idx) > 1 else ''} {r} ({', '.join(hosts)})"
 
@@ -173,7 +249,7 @@ def cluster_findings(ranks: list[dict[str, Any]], collectives: list[dict[str, An
             others = [v for r, v in arr.items() if r != slow_rank]
             ref = sorted(others)[len(others) // 2]
             if slow > straggler_factor * ref + straggler_slack_s:
-                host = next((r["host"] for r in ranks if str(r["rank"]) == str(slow_rank)), "?")
+                host = next((node_of(r) for r in ranks if str(r["rank"]) == str(slow_rank)), "?")
                 out.append(DIST007.finding(f"Rank {slow_rank} ({host}) is a straggler",
                                 f"It reaches the collective {slow * 1000:.1f} ms after the barrier; the other ranks "
                                 f"{ref * 1000:.1f} ms (median {med * 1000:.1f} ms). Every step waits for it.",

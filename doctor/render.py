@@ -77,3 +77,96 @@ def markdown(findings: list[Finding]) -> str:
         hint = (f.hint if f.severity.blocking else "").replace("|", "\\|")
         out.append(f"| {f.severity.symbol} | `{f.id}` | {f.check} | {title} | {hint} |")
     return "\n".join(out)
+
+
+# ------------------------------------------------------------------ check --distributed: nodes x areas
+
+MATRIX_SYMBOL = {"error": "✗", "warning": "!", "info": "i", "ok": "✓", None: "·"}
+MATRIX_COLOUR = {"error": "#f8d7da", "warning": "#fff3cd", "info": "#d1ecf1", "ok": "#d4edda", None: "#eeeeee"}
+
+
+def node_rows(report: dict[str, Any]) -> tuple[list[str], list[tuple[str, list[str | None], str]]]:
+    """(area columns, [(node, worst severity per area, verdict)]) of a --distributed report."""
+    nodes = report.get("nodes") or {}
+    cols = [a for a in next(iter(nodes.values()), {}) if any(n.get(a) for n in nodes.values())]
+    excl = set(report.get("exclude") or [])
+    return cols, [(n, [cells.get(a) for a in cols], "exclude" if n in excl else "healthy")
+                  for n, cells in nodes.items()]
+
+
+def node_table_text(report: dict[str, Any]) -> str:
+    """The compact terminal table: one row per node, one symbol per area (✗ ! i ✓, · not run)."""
+    cols, rows = node_rows(report)
+    if not rows:
+        return ""
+    w = max(len(n) for n, _, _ in rows)
+    head = f"{'node':<{w}}  " + " ".join(f"{c[:5]:>5}" for c in cols) + "  verdict"
+    lines = [head]
+    for n, cells, verdict in rows:
+        lines.append(f"{n:<{w}}  " + " ".join(f"{MATRIX_SYMBOL[c]:>5}" for c in cells) + f"  {verdict}")
+    return "\n".join(lines)
+
+
+def exclude_line(report: dict[str, Any]) -> str:
+    ex, ok = report.get("exclude") or [], report.get("healthy") or []
+    if ex:
+        return f"exclude {len(ex)} of {len(ex) + len(ok)} node(s): --exclude={','.join(ex)}" + (
+            f"   healthy: {','.join(ok)}" if ok else "")
+    return f"all {len(ok)} node(s) healthy"
+
+
+def distributed_markdown(report: dict[str, Any]) -> str:
+    cols, rows = node_rows(report)
+    d = report.get("distributed") or {}
+    out = ["# rocm-doctor check --distributed", "",
+           f"{d.get('world_size')} ranks on {len(rows)} node(s), backend {d.get('backend')}.", "",
+           f"**{exclude_line(report)}**", ""]
+    if rows:
+        out += ["| node | " + " | ".join(cols) + " | verdict |", "|---|" + "---|" * len(cols) + "---|"]
+        out += [f"| {n} | " + " | ".join(f"{MATRIX_SYMBOL[c]} {c or ''}".strip() for c in cells) + f" | {v} |"
+                for n, cells, v in rows]
+    for n, why in (report.get("exclude_reasons") or {}).items():
+        out.append(f"- `{n}`: {'; '.join(why)}")
+    if report.get("job_errors"):
+        out += ["", "Errors on every node (the job's, not a node's): " + ", ".join(report["job_errors"])]
+    if report.get("collectives"):
+        out += ["", "| all_reduce size | time | algbw | busbw | slowest rank |", "|---|---|---|---|---|"]
+        out += [f"| {c['size_bytes'] / 2**20:.2f} MiB | {c['time_us'] / 1000:.2f} ms | {c['algbw_gbps']:.2f} GB/s | "
+                f"{c['busbw_gbps']:.2f} GB/s | {c['slowest_rank']} |" for c in report["collectives"]]
+    out += ["", "## Findings", ""] + [f"- **{f['id']}** [{f['severity']}] {f['title']}" for f in report["findings"]]
+    return "\n".join(out) + "\n"
+
+
+def distributed_html(report: dict[str, Any]) -> str:
+    """A self-contained page (inline CSS, no scripts) an operator can open or attach to a ticket."""
+    from html import escape
+
+    cols, rows = node_rows(report)
+    d = report.get("distributed") or {}
+    cells = "".join(f"<th>{escape(c)}</th>" for c in cols)
+    body = []
+    for n, sev, v in rows:
+        tds = "".join(f'<td style="background:{MATRIX_COLOUR[c]}" title="{escape(c or "not run")}">'
+                      f"{MATRIX_SYMBOL[c]}</td>" for c in sev)
+        why = "; ".join((report.get("exclude_reasons") or {}).get(n, []))
+        body.append(f'<tr><th class="n">{escape(n)}</th>{tds}<td class="{v}">{v}</td><td>{escape(why)}</td></tr>')
+    coll = "".join(f"<tr><td>{c['size_bytes'] / 2**20:.2f} MiB</td><td>{c['time_us'] / 1000:.2f} ms</td>"
+                   f"<td>{c['algbw_gbps']:.2f}</td><td>{c['busbw_gbps']:.2f}</td><td>{c['slowest_rank']}</td></tr>"
+                   for c in report.get("collectives") or [])
+    finds = "".join(f"<li><b>{escape(f['id'])}</b> [{escape(f['severity'])}] {escape(f['title'])}</li>"
+                    for f in report["findings"])
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>rocm-doctor check --distributed</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em}}table{{border-collapse:collapse;margin:1em 0}}
+td,th{{border:1px solid #ccc;padding:4px 8px;text-align:center}}th.n{{text-align:left}}
+td.exclude{{background:#f8d7da;font-weight:bold}}td.healthy{{background:#d4edda}}code{{background:#f4f4f4}}</style>
+</head><body>
+<h1>rocm-doctor check --distributed</h1>
+<p>{d.get('world_size')} ranks on {len(rows)} node(s), backend {escape(str(d.get('backend')))}.</p>
+<p><b>{escape(exclude_line(report))}</b></p>
+<table><tr><th>node</th>{cells}<th>verdict</th><th>why</th></tr>{''.join(body)}</table>
+<p>✗ error · ! warning · i info · ✓ ok · · not run</p>
+{'<h2>all_reduce</h2><table><tr><th>size</th><th>time</th><th>algbw GB/s</th><th>busbw GB/s</th><th>slowest rank</th></tr>' + coll + '</table>' if coll else ''}
+<h2>Findings</h2><ul>{finds}</ul>
+</body></html>
+"""

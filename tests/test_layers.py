@@ -20,7 +20,7 @@ LAYERS: list[set[str] | tuple[str, ...]] = [
     {"doctor.registry", "doctor.findings", "doctor.context", "doctor.worker"},
     {"doctor.config", "doctor.redact", "doctor.checkpoints", "doctor.machine", "doctor.gpuinfo", "doctor.lfschema",
      "doctor.classify", "doctor.procs", "doctor.stack", "doctor.cache", "doctor.archs", "doctor.logparse",
-     "doctor.term", "doctor.host", "doctor.hostinfo", "doctor.health", "doctor"},
+     "doctor.term", "doctor.host", "doctor.hostinfo", "doctor.health", "doctor.slurm", "doctor"},
 ]
 WORKER_SIDE = ("doctor.probes", "doctor._worker_main", "doctor.demo_model")
 

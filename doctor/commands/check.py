@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from doctor import bundle, distributed
@@ -13,7 +14,16 @@ from doctor.commands import _options
 from doctor.config import InputError
 from doctor.findings import Finding, has_errors
 from doctor.preflight import environment_summary, run_check, skipped_areas
-from doctor.render import check_json, console, print_human, progress
+from doctor.render import (
+    check_json,
+    console,
+    distributed_html,
+    distributed_markdown,
+    exclude_line,
+    node_table_text,
+    print_human,
+    progress,
+)
 from doctor.runner import areas
 
 MiB = 1024 * 1024
@@ -37,6 +47,10 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
     c.add_argument("--dist-backend", choices=("auto", "nccl", "gloo"), default="auto",
                    help="collective backend (default auto: nccl/RCCL with GPUs, gloo without)")
     c.add_argument("--dist-iters", type=int, default=5, help="timed all_reduce iterations per size (default 5)")
+    c.add_argument("--markdown", action="store_true", help="with --distributed: print the node x area report as "
+                   "Markdown")
+    c.add_argument("--html", metavar="FILE", help="with --distributed: also write the report as a self-contained "
+                   "HTML page")
     c.add_argument("--min-busbw", type=float, help="warn when all_reduce bus bandwidth at the largest size is "
                    "below this many GB/s")
 
@@ -62,6 +76,8 @@ REPLAY_AREAS = bundle.HOST_AREAS
 
 def run(args: argparse.Namespace) -> int:
     only = _only(args.only)
+    if (args.markdown or args.html) and not args.distributed:
+        raise InputError("--markdown and --html belong to --distributed (the node x area report)")
     if args.replay:
         return replay(args, only)
     if args.distributed:
@@ -109,12 +125,27 @@ def replay(args: argparse.Namespace, only: set[str] | None) -> int:
 
 
 def print_distributed(report: dict[str, Any], args: argparse.Namespace) -> None:
+    if args.html:
+        try:
+            Path(args.html).write_text(distributed_html(report), encoding="utf-8")
+        except OSError as e:
+            print(f"rocm-doctor: cannot write {args.html}: {e.strerror or e}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2, default=str))
+        return
+    if args.markdown:
+        print(distributed_markdown(report), end="")
         return
     con = console()
     print_human([Finding.from_dict(f) for f in report["findings"]], con, verbose=args.verbose,
                 title=f"rocm-doctor check --distributed ({len(report['ranks'])} ranks)")
+    table = node_table_text(report)
+    if table:
+        from rich.markup import escape
+
+        con.print("\n[bold]nodes × areas[/]  (✗ error  ! warning  i info  ✓ ok  · not run)")
+        con.print(escape(table))
+        con.print(f"[bold]{escape(exclude_line(report))}[/]")
     if report["collectives"]:
         con.print("\n[bold]all_reduce[/]  size        time      algbw      busbw   slowest rank")
         for c in report["collectives"]:

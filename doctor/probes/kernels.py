@@ -191,8 +191,8 @@ def _compare(o: Any, grads: list[Any], ref: tuple[Any, list[Any]], low: tuple[An
     math in the low precision dtype; non-finite is wrong."""
     import torch
 
-    f = float((o - ref[0]).abs().max())
-    g = [float((a - b).abs().max()) for a, b in zip(grads, ref[1], strict=True)]
+    f = float((o - ref[0]).detach().abs().max())
+    g = [float((a - b).detach().abs().max()) for a, b in zip(grads, ref[1], strict=True)]
     bf = float((low[0] - ref[0]).abs().max())
     bg = [float((a - b).abs().max()) for a, b in zip(low[1], ref[1], strict=True)]
     finite = bool(torch.isfinite(o).all()) and all(bool(torch.isfinite(x).all()) for x in grads)
