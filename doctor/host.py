@@ -21,6 +21,7 @@ from pathlib import Path
 ROOTED = ("/proc", "/sys", "/dev", "/etc", "/boot", "/opt", "/run", "/.dockerenv", "/var/run")
 TOOL_TIMEOUT = 10.0
 MAX_READ = 1 << 20
+KEEP = ".keep"  # placed in a recorded tree's empty directories so version control and archives keep them
 
 
 @dataclass
@@ -179,6 +180,8 @@ class Host:
             names = sorted(os.listdir(self._map(path)))
         except OSError:
             names = []
+        if self.rooted:
+            names = [n for n in names if n != KEEP]
         if self.recorder is not None:
             self.recorder.dirs[path] = names
         return names
@@ -188,6 +191,8 @@ class Host:
         base = str(self.root) if str(self.root) != "/" else ""
         found = sorted(_glob.glob(base + pattern))
         out = [f[len(base):] if base else f for f in found]
+        if base:
+            out = [f for f in out if os.path.basename(f) != KEEP]
         if self.recorder is not None:
             for f in out:
                 self.recorder.present.setdefault(f, self._map(f).is_dir())
@@ -228,6 +233,17 @@ class Host:
         return res
 
 
+def keep_empty_dirs(root: Path) -> int:
+    """Put a ``.keep`` file in every empty directory under ``root``: git (and some archivers) drop empty
+    directories, and in a machine tree an empty ``/sys/kernel/iommu_groups/0`` or ``/opt/rocm`` is a fact."""
+    n = 0
+    for d, subdirs, files in os.walk(root):
+        if not subdirs and not files:
+            Path(d, KEEP).touch()
+            n += 1
+    return n
+
+
 def write_tree(dest: Path, rec: Recorder) -> int:
     """A recorded run as a replayable tree: the files under ``dest``, the directories it listed (as empty
     directories where no file was read), how paths resolved (links.json) and the tool outputs (tools.json)."""
@@ -258,6 +274,7 @@ def write_tree(dest: Path, rec: Recorder) -> int:
                 (dest / path.lstrip("/") / name).mkdir(parents=True, exist_ok=True)
             except OSError:  # a file of that name was written: fine
                 continue
+    keep_empty_dirs(dest)
     (dest / "links.json").write_text(json.dumps(rec.links, indent=1), encoding="utf-8")
     (dest / "tools.json").write_text(json.dumps(rec.tools, indent=1), encoding="utf-8")
     return n

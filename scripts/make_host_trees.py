@@ -12,7 +12,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from doctor.host import keep_empty_dirs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "hosts"
 GiB = 2**30
@@ -137,6 +141,7 @@ class Tree:
             self.file("/dev/dri/renderD128", "")
 
     def done(self) -> None:
+        keep_empty_dirs(self.dir)
         (self.dir / "tools.json").write_text(json.dumps(self.tools, indent=1) + "\n", encoding="utf-8")
 
 

@@ -336,3 +336,15 @@ def test_replay_bad_input_is_one_line(tmp_path):
                  ["--replay", str(tmp_path), "--only", "torch"]):
         r = run_cli("check", *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_recorded_trees_survive_version_control():
+    """git drops empty directories; an empty /sys/kernel/iommu_groups/0 or /opt/rocm/bin is a fact the checks
+    read, so every one holds a .keep that the rooted host layer never lists."""
+    import os
+
+    empty = [d for d, sub, files in os.walk(HOSTS) if not sub and not files]
+    assert empty == []
+    host = Host(HOSTS / "mi300x-healthy")
+    assert host.listdir("/sys/kernel/iommu_groups/0") == []
+    assert host.glob("/sys/kernel/iommu_groups/0/*") == []
