@@ -235,13 +235,14 @@ def judge_attention(data: dict[str, Any] | None, flash_cfg: str, cutoff_len: int
 
 def _probes(ctx: Context) -> list[ProbeSpec]:
     specs = [ProbeSpec("attention", "doctor.probes.kernels", "probe_attention",
-                       dict(_shape(ctx), dtype=_precision(ctx)), timeout=min(90, ctx.options.timeout))]
+                       dict(_shape(ctx), dtype=_precision(ctx)), timeout=min(90, ctx.options.timeout),
+                       cache="nogpu")]
     if ctx.config is not None:
         mc = ctx.model_config() or {}
         specs.append(ProbeSpec("attn_choice", "doctor.probes.llamafactory", "probe_attn_choice",
                                {"flash_attn": str(ctx.cfg("flash_attn", "auto")).lower(),
                                 "model_type": mc.get("model_type"), "architectures": mc.get("architectures")},
-                               timeout=ctx.options.timeout, group="stack"))
+                               timeout=ctx.options.timeout, group="stack", cache="pure"))
     return specs
 
 

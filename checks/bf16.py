@@ -97,7 +97,8 @@ def judge_bf16(data: dict[str, Any], arch: str | None, bf16_requested: bool,
 
 
 def _probes(ctx: Context) -> list[ProbeSpec]:
-    return [ProbeSpec("bf16", "doctor.probes.kernels", "probe_bf16", timeout=min(60, ctx.options.timeout))]
+    return [ProbeSpec("bf16", "doctor.probes.kernels", "probe_bf16", timeout=min(60, ctx.options.timeout),
+                      cache="nogpu")]
 
 
 @check(AREA, probes=_probes, needs=("torch",), order=40)

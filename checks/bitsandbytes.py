@@ -138,7 +138,8 @@ def judge_bnb(data: dict[str, Any], qbit: Any, qmethod: str, model_cfg: dict[str
 def _probes(ctx: Context) -> list[ProbeSpec]:
     # its own worker, in parallel with the device one: importing bitsandbytes took 4.9 s on the H200,
     # serialised after the bf16 and attention probes it made the GPU probes 16 s cold
-    return [ProbeSpec("bnb", "doctor.probes.kernels", "probe_bnb", timeout=min(90, ctx.options.timeout), group="bnb")]
+    return [ProbeSpec("bnb", "doctor.probes.kernels", "probe_bnb", timeout=min(90, ctx.options.timeout), group="bnb",
+                      cache="nogpu")]
 
 
 @check(AREA, probes=_probes, needs=("torch",), order=42)

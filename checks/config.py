@@ -162,11 +162,11 @@ CODES = (CFG000, CFG001, CFG002, CFG003, CFG004, CFG005, CFG006, CFG007, CFG008,
 
 def _probes(ctx: Context) -> list[ProbeSpec]:
     specs = [ProbeSpec("lf_schema", "doctor.probes.llamafactory", "probe_lf_schema", timeout=ctx.options.timeout,
-                       group="stack")]
+                       group="stack", cache="pure")]
     if ctx.config_path is not None:
         specs.append(ProbeSpec("lf_parse", "doctor.probes.llamafactory", "probe_lf_parse",
                                {"config_path": str(ctx.config_path)}, timeout=ctx.options.timeout,
-                               group="stack"))
+                               group="stack", cache="pure", inputs=[str(ctx.config_path), *ctx.config_inputs()]))
     return specs
 
 

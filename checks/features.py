@@ -167,21 +167,22 @@ def _probes(ctx: Context) -> list[ProbeSpec]:
     mq = ((ctx.model_config() or {}).get("quantization_config") or {}).get("quant_method")
     specs = [ProbeSpec("requirements", "doctor.probes.features", "probe_requirements",
                        {"args": _args(ctx), "zero3": zero_stage(ds_config(ctx)) == 3,
-                        "model_quant": str(mq) if mq else None}, timeout=min(90, ctx.options.timeout), group="stack")]
+                        "model_quant": str(mq) if mq else None}, timeout=min(90, ctx.options.timeout), group="stack",
+                       cache="pure")]
     ops = ds_ops(ds_config(ctx))
     if cfg.get("deepspeed") and ops:
         specs.append(ProbeSpec("deepspeed", "doctor.probes.features", "probe_deepspeed", {"ops": ops},
                                timeout=max(300.0, ctx.options.timeout), group="deepspeed"))
     if bnb_optimizer(cfg.get("optim")):
         specs.append(ProbeSpec("bnb_optim", "doctor.probes.features", "probe_bnb_optimizer", {"optim": cfg["optim"]},
-                               timeout=min(90, ctx.options.timeout), group="bnb"))
+                               timeout=min(90, ctx.options.timeout), group="bnb", cache="nogpu"))
     if cfg.get("enable_liger_kernel"):
         specs.append(ProbeSpec("liger", "doctor.probes.features", "probe_liger",
                                {"model_type": (ctx.model_config() or {}).get("model_type")},
-                               timeout=min(180, max(90, ctx.options.timeout)), group="liger"))
+                               timeout=min(180, max(90, ctx.options.timeout)), group="liger", cache="nogpu"))
     if cfg.get("use_unsloth"):
         specs.append(ProbeSpec("unsloth", "doctor.probes.features", "probe_unsloth", {},
-                               timeout=min(180, max(90, ctx.options.timeout)), group="unsloth"))
+                               timeout=min(180, max(90, ctx.options.timeout)), group="unsloth", cache="nogpu"))
     return specs
 
 

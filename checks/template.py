@@ -61,7 +61,7 @@ def _probes(ctx: Context) -> list[ProbeSpec]:
     return [ProbeSpec("template_tokens", "doctor.probes.llamafactory", "probe_template_tokens",
                       {"model_dir": str(d), "template": ctx.cfg("template"),
                        "model_vocab": mc.get("vocab_size"), "resize_vocab": bool(ctx.cfg("resize_vocab"))},
-                      timeout=ctx.options.timeout, group="stack")]
+                      timeout=ctx.options.timeout, group="stack", cache="pure", inputs=[str(d)])]
 
 
 def suggest(data: dict[str, Any], model_type: str | None) -> str | None:

@@ -101,12 +101,13 @@ CODES = (TORCH000, TORCH001, TORCH002, TORCH003, TORCH004, TORCH005, TORCH006, T
 
 
 def _probes(ctx: Context) -> list[ProbeSpec]:
-    return [ProbeSpec("torch", "doctor.probes.torch_env", "probe_torch", timeout=ctx.options.timeout),
+    return [ProbeSpec("torch", "doctor.probes.torch_env", "probe_torch", timeout=ctx.options.timeout, cache="nogpu"),
             # in the stack worker, not the device one: llamafactory imports torchvision/torchaudio there
             # anyway, and on the H200 these imports (7 s) otherwise serialise with the GPU probes
-            ProbeSpec("companions", "doctor.probes.torch_env", "probe_companions", timeout=60, group="stack"),
+            ProbeSpec("companions", "doctor.probes.torch_env", "probe_companions", timeout=60, group="stack",
+                      cache="pure"),
             ProbeSpec("libs", "doctor.probes.torch_env", "probe_libs", {"names": list(PACKAGES)}, timeout=30,
-                      group="stack")]
+                      group="stack", cache="pure")]
 
 
 # ---------------------------------------------------------------- pure verdict logic

@@ -31,6 +31,7 @@ class Options:
     timeout: float = 120.0
     record: bool = False           # keep what the host reads returned (``report`` stores them)
     replay: bool = False           # a recorded machine (``check --replay``): no probe runs in this Python
+    no_cache: bool = False         # neither read nor write kept probe results (``check --no-cache``)
 
 
 @dataclass
@@ -73,6 +74,23 @@ class Context:
             return None
         p = self.resolve_path(m)
         return p if p.is_dir() else None
+
+    def config_inputs(self) -> list[str]:
+        """Every file or directory the config names (model, adapters, dataset_dir, DeepSpeed JSON, output_dir
+        whether it exists or not): what LLaMA-Factory's parser may read, so a kept verdict is reused only while
+        they are unchanged."""
+        out: list[str] = []
+        for key, value in (self.config or {}).items():
+            for v in value if isinstance(value, list) else [value]:
+                if not isinstance(v, str) or not v or len(v) > 4096 or "\n" in v:
+                    continue
+                p = self.resolve_path(v)
+                try:
+                    if key in ("output_dir", "dataset_dir", "resume_from_checkpoint") or p.exists():
+                        out.append(str(p))
+                except (OSError, ValueError):
+                    continue
+        return sorted(set(out))
 
     def model_config(self) -> dict[str, Any] | None:
         """The model's config.json (plain JSON: no torch needed), when the model is local."""

@@ -13,12 +13,14 @@ from __future__ import annotations
 import importlib
 import os
 import threading
+import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 from types import ModuleType
 
+from doctor.cache import ProbeCache, cache_dir
 from doctor.context import Context
 from doctor.findings import Finding
 from doctor.registry import DOC001, CheckDef, crash
@@ -123,8 +125,54 @@ def _prefetch_facts(ctx: Context) -> None:
         pass
 
 
+def gpu_here(ctx: Context) -> bool:
+    """Any sign of a GPU on the machine under examination (inventory, a KFD or NVIDIA device node): with one,
+    only the stack probes are reused; device probes would answer for hardware that may have changed."""
+    host = ctx.host()
+    if host.exists("/dev/kfd") or host.exists("/dev/nvidiactl") or host.glob("/dev/nvidia[0-9]*"):
+        return True
+    try:
+        return bool(ctx.system().get("gpus"))
+    except Exception:
+        return True  # unsure: do not reuse
+
+
+def probe_cache(ctx: Context) -> ProbeCache | None:
+    if ctx.options.no_cache or ctx.options.record or ctx.env.get("ROCM_DOCTOR_NO_CACHE") == "1":
+        return None  # report bundles record fresh answers
+    if "probe_cache" not in ctx.facts:
+        ctx.facts["probe_cache"] = ProbeCache(cache_dir(ctx.env) / "probes", ctx.python, ctx.env)
+    return ctx.facts["probe_cache"]
+
+
+def _reuse(cache: ProbeCache | None, ctx: Context, specs: list[ProbeSpec], env: dict[str, str],
+           gpu: Callable[[], bool]) -> tuple[dict[str, ProbeResult], dict[str, str]]:
+    """(results kept from an earlier run, the keys of the cacheable probes still to run)."""
+    hits: dict[str, ProbeResult] = {}
+    keys: dict[str, str] = {}
+    if cache is None:
+        return hits, keys
+    for s in specs:
+        if s.cache not in ("pure", "nogpu") or (s.cache == "nogpu" and gpu()):
+            continue
+        key = cache.key(s.name, s.module, s.func, s.params, env, str(ctx.cwd), s.inputs)
+        rec = cache.get(key)
+        if rec is None:
+            keys[s.name] = key
+            continue
+        try:
+            hits[s.name] = ProbeResult(s.name, rec["status"], data=rec.get("data"), error=rec.get("error", ""),
+                                       traceback=rec.get("traceback", ""), duration_s=rec.get("duration_s", 0.0),
+                                       stderr_tail=rec.get("stderr_tail", ""))
+        except (KeyError, TypeError):
+            keys[s.name] = key
+    return hits, keys
+
+
 def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
-    """Run all probes, one worker per group, groups concurrently; results land in ctx.probes."""
+    """Run all probes, one worker per group, groups concurrently; results land in ctx.probes. Results kept
+    from an earlier run with the same inputs (:mod:`doctor.cache`) are reused; a group with nothing left to
+    run starts no worker."""
     groups: dict[str, list[ProbeSpec]] = {}
     seen = set(ctx.probes)
     for s in specs:
@@ -146,8 +194,27 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
     # TrainingArguments (LLaMA-Factory's parser probe) would join the process group itself.
     env = {k: v for k, v in ctx.env.items() if k not in DIST_VARS and not k.startswith("TORCHELASTIC_")}
 
+    timings = ctx.facts.setdefault("timings", {})
+    cache = probe_cache(ctx)
+    hits_seen: list[str] = ctx.facts.setdefault("cache_hits", [])
+    gpu_lock = threading.Lock()
+    gpu_answer: list[bool] = []
+
+    def gpu() -> bool:
+        with gpu_lock:
+            if not gpu_answer:
+                gpu_answer.append(gpu_here(ctx))
+            return gpu_answer[0]
+
     def _run(item: tuple[str, list[ProbeSpec]]) -> dict[str, ProbeResult]:
         group, gspecs = item
+        t0 = time.monotonic()
+        try:
+            return _run_group(group, gspecs)
+        finally:
+            timings[group] = round(time.monotonic() - t0, 3)
+
+    def _run_group(group: str, gspecs: list[ProbeSpec]) -> dict[str, ProbeResult]:
         if group != "stack" and inventory is not None:
             inventory.join()
         genv = dict(env)
@@ -159,7 +226,18 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
             genv.pop("ROCR_VISIBLE_DEVICES", None)
             # import llamafactory even when versions are off: the torch check reports them (TORCH009)
             genv["DISABLE_VERSION_CHECK"] = "1"
-        return run_probes(gspecs, python=ctx.python, env=genv)
+        hits, keys = _reuse(cache, ctx, gspecs, genv, gpu)
+        hits_seen.extend(hits)
+        todo = [s for s in gspecs if s.name not in hits]
+        res = run_probes(todo, python=ctx.python, env=genv) if todo else {}
+        if cache is not None:
+            for name, key in keys.items():
+                r = res.get(name)
+                if r is not None:
+                    cache.put(key, name, {"status": r.status, "data": r.data, "error": r.error,
+                                          "traceback": r.traceback, "duration_s": r.duration_s,
+                                          "stderr_tail": r.stderr_tail})
+        return {**hits, **res}
 
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
         for res in pool.map(_run, groups.items()):

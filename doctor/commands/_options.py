@@ -21,5 +21,11 @@ def add_timeout(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per probe (default 120)")
 
 
+def add_no_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-cache", action="store_true",
+                   help="run every probe afresh; neither read nor write kept probe results (also "
+                        "ROCM_DOCTOR_NO_CACHE=1; the cache lives in ROCM_DOCTOR_CACHE or ~/.cache/rocm-doctor)")
+
+
 def add_verbose(p: argparse.ArgumentParser, what: str = "details and evidence for every finding") -> None:
     p.add_argument("--verbose", "-v", action="store_true", help=what)

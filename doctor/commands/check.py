@@ -39,6 +39,7 @@ def add_arguments(c: argparse.ArgumentParser) -> None:
                    "`rocm-doctor report` bundle (.tar.gz or directory) instead of this machine")
     _options.add_python(c)
     _options.add_timeout(c)
+    _options.add_no_cache(c)
     c.add_argument("--distributed", action="store_true", help="run on every rank under torchrun (or launch "
                    "torchrun from NNODES/NODE_RANK/NPROC_PER_NODE/MASTER_ADDR/MASTER_PORT); rank 0 reports")
     c.add_argument("--dist-timeout", type=float, default=60.0, help="seconds for process-group init and for "
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         return out.exit_code
     with progress(enabled=not args.json) as step:
         checked = run_check(args.config, quick=args.quick, only=only, python=args.python, timeout=args.timeout,
-                            progress=step, verbose=args.verbose and not args.json)
+                            progress=step, verbose=args.verbose and not args.json, no_cache=args.no_cache)
     if args.json:
         print(check_json(checked.findings, environment_summary(checked.ctx)))
     else:

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 import playbooks as pbs
+from doctor.commands import _options
 from doctor.config import InputError, load_config
 from doctor.render import console
 from doctor.train.record import default_run_dir
@@ -30,6 +31,7 @@ def add_arguments(t: argparse.ArgumentParser) -> None:
     t.add_argument("--stall-timeout", type=float, metavar="SECONDS", help="stop an attempt that made no progress "
                    "for this long while its processes and GPUs were idle, as a hang (default: 30 min or 10x the "
                    "slowest step, the larger; 0 turns the watchdog off)")
+    _options.add_no_cache(t)
     t.add_argument("--apply", action="append", default=[], metavar="PLAYBOOK", help="allow a playbook that asks "
                    "first (e.g. exclude-gpu: move the run off a GPU that faulted) when a retry calls for it")
 
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     sup = Supervisor(Path(args.config), run_dir=run_dir, max_attempts=args.max_attempts,
                      preflight=not args.no_preflight, launcher=args.launcher, extra=list(args.extra),
                      quiet=args.quiet or args.json, gpu_interval=args.gpu_interval, console=console(stderr=args.json),
-                     stall_timeout=args.stall_timeout, allow=set(args.apply))
+                     stall_timeout=args.stall_timeout, allow=set(args.apply), no_cache=args.no_cache)
     sup.command_for(run_dir / "attempt-1.yaml")  # no llamafactory-cli and no --launcher: exit 2 before anything
     code = sup.run()
     if args.json:

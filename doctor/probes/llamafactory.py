@@ -214,6 +214,8 @@ def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int
     from llamafactory.hparams import DataArguments
     from transformers import AutoTokenizer
 
+    # one load (a Llama-3 tokenizer.json takes seconds): everything that reads the tokenizer as shipped runs
+    # before LLaMA-Factory's fix changes it in place
     tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
     before = len(tokenizer)
     out: dict[str, Any] = {"tokenizer_len": before, "model_vocab": model_vocab,
@@ -221,31 +223,38 @@ def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int
                            "has_chat_template": isinstance(getattr(tokenizer, "chat_template", None), str),
                            "template": template}
     chat = tokenizer.chat_template if out["has_chat_template"] else ""
+    # which templates fit this tokenizer: all their special tokens known, most of them in the chat template
+    known: dict[str, bool] = {}
+
+    def is_known(t: str) -> bool:
+        if t not in known:
+            known[t] = _known(tokenizer, t)[0]
+        return known[t]
+
+    fits = []
+    for name, tpl in TEMPLATES.items():
+        emitted, stop_only = _emitted(tpl)
+        if not emitted or not all(is_known(t) for t in emitted):
+            continue
+        in_chat = sum(1 for t in emitted if t in chat)
+        stops_known = sum(1 for t in stop_only if is_known(t)) - len(stop_only)
+        fits.append({"name": name, "tokens": len(emitted), "in_chat_template": in_chat,
+                     "stop_words_unknown": -stops_known})
+    fits.sort(key=lambda f: (-f["in_chat_template"], -f["tokens"], f["stop_words_unknown"], len(f["name"])))
+    out["fitting_templates"] = fits[:12]
     if template is not None and template not in TEMPLATES:
         out["error"] = f"Template {template} does not exist."
     else:
         tpl_obj = TEMPLATES[template] if template else None
         if tpl_obj is not None:
             out["report"] = template_tokens_report(tokenizer, tpl_obj)
-        vocab_before = dict(tokenizer.get_vocab())
+        added_before = dict(tokenizer.get_added_vocab())
         get_template_and_fix_tokenizer(tokenizer, DataArguments(template=template))
-        added = {t: i for t, i in tokenizer.get_vocab().items() if t not in vocab_before}
+        # LLaMA-Factory adds tokens with add_special_tokens: they are added tokens, never the base vocabulary
+        added = {t: i for t, i in tokenizer.get_added_vocab().items() if t not in added_before}
         out["added_tokens"] = [{"token": t, "id": i} for t, i in sorted(added.items(), key=lambda x: x[1])]
         out["eos_after"] = tokenizer.eos_token
         out["pad_after"] = tokenizer.pad_token
-    # which templates fit this tokenizer: all their special tokens known, most of them in the chat template
-    fits = []
-    fresh = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
-    for name, tpl in TEMPLATES.items():
-        emitted, stop_only = _emitted(tpl)
-        if not emitted or not all(_known(fresh, t)[0] for t in emitted):
-            continue
-        in_chat = sum(1 for t in emitted if t in chat)
-        stops_known = sum(1 for t in stop_only if _known(fresh, t)[0]) - len(stop_only)
-        fits.append({"name": name, "tokens": len(emitted), "in_chat_template": in_chat,
-                     "stop_words_unknown": -stops_known})
-    fits.sort(key=lambda f: (-f["in_chat_template"], -f["tokens"], f["stop_words_unknown"], len(f["name"])))
-    out["fitting_templates"] = fits[:12]
     return out
 
 

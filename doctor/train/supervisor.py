@@ -63,12 +63,13 @@ class Supervisor:
                  launcher: str | None = None, extra: list[str] | None = None, quiet: bool = False,
                  gpu_interval: float = 15.0, grace: float = 15.0, console: Any = None,
                  env: dict[str, str] | None = None, cwd: Path | None = None, stall_timeout: float | None = None,
-                 allow: set[str] | None = None, status_every: float = STATUS_EVERY) -> None:
+                 allow: set[str] | None = None, status_every: float = STATUS_EVERY, no_cache: bool = False) -> None:
         self.cwd = (cwd or Path.cwd()).resolve()  # LLaMA-Factory resolves relative paths from here
         self.config = config
         self.run_dir = run_dir.resolve()
         self.max_attempts = max_attempts
         self.preflight = preflight
+        self.no_cache = no_cache  # the preflight reuses kept probe results (the warm check) unless told not to
         self.launcher = launcher
         self.extra = extra or []
         self.quiet = quiet
@@ -106,7 +107,7 @@ class Supervisor:
     def run_preflight(self, cm: Any) -> tuple[bool, list[str], list[str]]:
         """Check the config; apply the safe playbooks for error findings. False = do not launch."""
         self.say("[bold]Preflight[/] (rocm-doctor check) ...")
-        checked = run_check(str(self.config), timeout=120.0, env=self.env)
+        checked = run_check(str(self.config), timeout=120.0, env=self.env, no_cache=self.no_cache)
         findings = checked.findings
         res = pbs.fix_findings(cm, findings, severities=("error",), model_config=checked.ctx.model_config(),
                                env=self.env)
