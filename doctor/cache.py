@@ -121,8 +121,11 @@ def python_fingerprint(python: str, env: dict[str, str]) -> str:
                     if e.name.endswith((".dist-info", ".egg-info", ".pth", ".egg-link")):
                         parts.append([e.name, e.stat().st_mtime_ns])
                     elif not site and n < 5000 and (e.name.endswith((".py", ".so")) or e.is_dir()):
-                        init = Path(e.path, "__init__.py") if e.is_dir() else Path(e.path)
-                        parts.append([e.name, _stat(init)])
+                        # a module or a regular package; a directory without __init__.py (out/, wandb/, the
+                        # run's own directories in the working directory) changes nothing a probe imports
+                        st = _stat(Path(e.path, "__init__.py") if e.is_dir() else Path(e.path))
+                        if st is not None:
+                            parts.append([e.name, st])
         except (OSError, TypeError, ValueError):
             continue
     return _digest(parts)

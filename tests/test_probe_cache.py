@@ -118,10 +118,13 @@ def test_fingerprint_follows_installs_and_code_on_the_path(tmp_path):
     fp3 = cache.python_fingerprint(sys.executable, env)
     assert fp3 != fp2
     os.utime(src / "fakepkg" / "__init__.py", ns=(2, 2))
-    assert cache.python_fingerprint(sys.executable, env) != fp3
+    fp4 = cache.python_fingerprint(sys.executable, env)
+    assert fp4 != fp3
+    (src / "out" / "checkpoint-5").mkdir(parents=True)  # what a run leaves in the working directory: no package
+    assert cache.python_fingerprint(sys.executable, env) == fp4
     # another interpreter is asked, not assumed (every venv's python resolves to the same base binary)
     other = cache.python_fingerprint(str(tmp_path / "no-such-python"), env)
-    assert other != fp3
+    assert other != fp4
 
 
 def test_path_signature(tmp_path):
