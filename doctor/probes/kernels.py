@@ -193,8 +193,8 @@ def _compare(o: Any, grads: list[Any], ref: tuple[Any, list[Any]], low: tuple[An
 
     f = float((o - ref[0]).detach().abs().max())
     g = [float((a - b).detach().abs().max()) for a, b in zip(grads, ref[1], strict=True)]
-    bf = float((low[0] - ref[0]).abs().max())
-    bg = [float((a - b).abs().max()) for a, b in zip(low[1], ref[1], strict=True)]
+    bf = float((low[0] - ref[0]).detach().abs().max())
+    bg = [float((a - b).detach().abs().max()) for a, b in zip(low[1], ref[1], strict=True)]
     finite = bool(torch.isfinite(o).all()) and all(bool(torch.isfinite(x).all()) for x in grads)
     ok = finite and f <= 2 * bf + 1e-3 and all(x <= 10 * y + 1e-3 for x, y in zip(g, bg, strict=True))
     return {"status": "ok" if ok else "wrong", "fwd_err": f, "grad_err": g, "baseline_fwd": bf, "finite": finite}
