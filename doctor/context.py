@@ -90,6 +90,8 @@ class Context:
                         out.append(str(p))
                 except (OSError, ValueError):
                     continue
+        if self.cfg("dataset") and not self.cfg("dataset_dir"):
+            out.append(str(self.resolve_path("data")))  # LLaMA-Factory's default dataset_dir
         return sorted(set(out))
 
     def model_config(self) -> dict[str, Any] | None:

@@ -51,7 +51,8 @@ PROGRESS_BAR = re.compile(r"\d+%\|.*\|\s*\d+/\d+|\d+/\d+ \[\d+:\d+(?::\d+)?<")
 HF_DICT = re.compile(r"\{'(?:loss|train_loss|grad_norm|eval_loss)'.*?\}")
 HF_ITEM = re.compile(r"'(\w+)': '?([^,'}]*)'?")
 SITE = re.compile(r"(?:site|dist)-packages[/\\]([A-Za-z_][\w]*)")
-SRC_PKG = re.compile(r"[/\\]src[/\\](llamafactory|transformers|peft|trl|accelerate|deepspeed|torch)[/\\]")
+# llmtuner: LLaMA-Factory's package name before 0.6 (src/llmtuner/...), still in many pasted logs
+SRC_PKG = re.compile(r"[/\\]src[/\\](llamafactory|llmtuner|transformers|peft|trl|accelerate|deepspeed|torch)[/\\]")
 # a traceback's quoted source line that raises (the evidence left when a paste is cut before the exception)
 QUOTED_RAISE = re.compile(r"^\s*(?:-*>\s*)?(?:\d+\s+)?raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\(\s*(?:f|r|rf|fr)?[\"'](.{8,}?)(?:[\"']\s*(?:\+|%|\)|,|\.format).*)?$")
 WRAPPERS = {"ChildFailedError", "CalledProcessError", "SignalException", "KeyboardInterrupt", "SystemExit"}
@@ -70,7 +71,7 @@ class Frame:
         """The path below the package (``llamafactory/data/template.py``), for frame rules."""
         p = self.path.replace("\\", "/")
         i = p.rfind(f"/{self.package}/") if self.package != "user" else -1
-        return p[i + 1:] if i >= 0 else p.rsplit("/", 1)[-1]
+        return p[i + 1:] if i >= 0 else "/".join(p.rsplit("/", 2)[-2:])
 
 
 @dataclass
@@ -167,6 +168,7 @@ def clean(text: str) -> tuple[list[str], list[int | None]]:
     raws: list[str] = []
     for raw in text.split("\n"):
         raws += GLUED.split(raw) if len(raw) > 40 and GLUED.search(raw) else [raw]
+    host_prefix = ""  # "worker-3: " once a host's traceback started: its source lines carry it too
     for raw in raws:
         if "\r" in raw:
             parts = [p for p in raw.split("\r") if p.strip()]
@@ -185,7 +187,10 @@ def clean(text: str) -> tuple[list[str], list[int | None]]:
             else:
                 m = HOST_PREFIX.match(raw)
                 if m and not EXC_LINE.match(raw):
+                    host_prefix = raw[:m.end()]
                     raw = raw[m.end():]
+                elif host_prefix and raw.startswith(host_prefix):
+                    raw = raw[len(host_prefix):]
         lines.append(raw[:MAX_LINE].rstrip())
         ranks.append(rank)
     return lines, ranks
