@@ -179,3 +179,32 @@ def test_realistic_config_same_findings_cold_warm_and_no_cache(tmp_path, monkeyp
     edited = run_check(str(tmp_path / "real.yaml"), env=dict(os.environ, **env))
     hits = set(edited.ctx.facts["cache_hits"])
     assert "template_tokens" in hits and "lf_parse" not in hits and edited.ctx.probes["lf_parse"].ok
+
+
+@stack
+@pytest.mark.slow
+def test_train_preflight_keeps_and_reuses_what_check_reads(tmp_path, monkeypatch, tiny_llama3):
+    """`train`'s preflight goes through the same cache as `check`: what it kept, a later check reuses (and the
+    other way round); `train --no-cache` keeps nothing."""
+    write_dataset(tmp_path / "data")
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text(json.dumps({"model_name_or_path": str(tiny_llama3), "stage": "sft", "do_train": True,
+                               "finetuning_type": "lora", "lora_target": "all", "dataset": "tiny",
+                               "dataset_dir": "data", "template": "llama3", "cutoff_len": 128, "output_dir": "out",
+                               "per_device_train_batch_size": 1, "max_steps": 1, "report_to": "none"}))
+    launcher = f"{sys.executable} -c 'import sys; sys.exit(0)' {{config}}"
+
+    def train(run_dir: str, cache_dir: Path, *extra: str) -> dict:
+        r = run_cli("train", "cfg.yaml", "--run-dir", run_dir, "-q", "--launcher", launcher, *extra, cwd=tmp_path,
+                    env={"ROCM_DOCTOR_CACHE": str(cache_dir)})
+        assert r.returncode == 0 and "Traceback" not in r.stderr, r.stdout[-2000:] + r.stderr[-2000:]
+        return json.loads((tmp_path / run_dir / "run.json").read_text())
+
+    run = train("run1", tmp_path / "cache")
+    assert run["preflight"]["findings"] and run["outcome"] == "succeeded"
+    assert list((tmp_path / "cache" / "probes").glob("*.json"))
+    monkeypatch.chdir(tmp_path)
+    warm = run_check(str(cfg), env=dict(os.environ, ROCM_DOCTOR_CACHE=str(tmp_path / "cache")))
+    assert {"lf_schema", "lf_parse", "template_tokens", "companions"} <= set(warm.ctx.facts["cache_hits"])
+    train("run2", tmp_path / "cache-off", "--no-cache")
+    assert not (tmp_path / "cache-off" / "probes").exists()
