@@ -160,7 +160,6 @@ class ProbeCache:
         self.env = env
         self._fp: str | None = None
         self._lock = threading.Lock()
-        self.hits: list[str] = []
 
     def fingerprint(self) -> str:
         with self._lock:

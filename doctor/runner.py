@@ -17,6 +17,7 @@ import time
 import traceback
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 from functools import lru_cache
 from types import ModuleType
 
@@ -128,13 +129,13 @@ def _prefetch_facts(ctx: Context) -> None:
 def gpu_here(ctx: Context) -> bool:
     """Any sign of a GPU on the machine under examination (inventory, a KFD or NVIDIA device node): with one,
     only the stack probes are reused; device probes would answer for hardware that may have changed."""
-    host = ctx.host()
-    if host.exists("/dev/kfd") or host.exists("/dev/nvidiactl") or host.glob("/dev/nvidia[0-9]*"):
-        return True
     try:
-        return bool(ctx.system().get("gpus"))
+        system = ctx.system()  # read once per run; the device workers waited for it
     except Exception:
         return True  # unsure: do not reuse
+    host = ctx.host()
+    return bool(system.get("gpus") or (system.get("devices") or {}).get("kfd_exists")
+                or host.exists("/dev/nvidiactl") or host.glob("/dev/nvidia[0-9]*"))
 
 
 def probe_cache(ctx: Context) -> ProbeCache | None:
@@ -145,15 +146,15 @@ def probe_cache(ctx: Context) -> ProbeCache | None:
     return ctx.facts["probe_cache"]
 
 
-def _reuse(cache: ProbeCache | None, ctx: Context, specs: list[ProbeSpec], env: dict[str, str],
-           gpu: Callable[[], bool]) -> tuple[dict[str, ProbeResult], dict[str, str]]:
+def _reuse(cache: ProbeCache | None, ctx: Context, specs: list[ProbeSpec],
+           env: dict[str, str]) -> tuple[dict[str, ProbeResult], dict[str, str]]:
     """(results kept from an earlier run, the keys of the cacheable probes still to run)."""
     hits: dict[str, ProbeResult] = {}
     keys: dict[str, str] = {}
     if cache is None:
         return hits, keys
     for s in specs:
-        if s.cache not in ("pure", "nogpu") or (s.cache == "nogpu" and gpu()):
+        if s.cache not in ("pure", "nogpu") or (s.cache == "nogpu" and gpu_here(ctx)):
             continue
         key = cache.key(s.name, s.module, s.func, s.params, env, str(ctx.cwd), s.inputs)
         rec = cache.get(key)
@@ -161,10 +162,8 @@ def _reuse(cache: ProbeCache | None, ctx: Context, specs: list[ProbeSpec], env: 
             keys[s.name] = key
             continue
         try:
-            hits[s.name] = ProbeResult(s.name, rec["status"], data=rec.get("data"), error=rec.get("error", ""),
-                                       traceback=rec.get("traceback", ""), duration_s=rec.get("duration_s", 0.0),
-                                       stderr_tail=rec.get("stderr_tail", ""))
-        except (KeyError, TypeError):
+            hits[s.name] = ProbeResult(**{**rec, "name": s.name})
+        except TypeError:  # a field this version does not know, or one missing
             keys[s.name] = key
     return hits, keys
 
@@ -197,14 +196,6 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
     timings = ctx.facts.setdefault("timings", {})
     cache = probe_cache(ctx)
     hits_seen: list[str] = ctx.facts.setdefault("cache_hits", [])
-    gpu_lock = threading.Lock()
-    gpu_answer: list[bool] = []
-
-    def gpu() -> bool:
-        with gpu_lock:
-            if not gpu_answer:
-                gpu_answer.append(gpu_here(ctx))
-            return gpu_answer[0]
 
     def _run(item: tuple[str, list[ProbeSpec]]) -> dict[str, ProbeResult]:
         group, gspecs = item
@@ -226,7 +217,7 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
             genv.pop("ROCR_VISIBLE_DEVICES", None)
             # import llamafactory even when versions are off: the torch check reports them (TORCH009)
             genv["DISABLE_VERSION_CHECK"] = "1"
-        hits, keys = _reuse(cache, ctx, gspecs, genv, gpu)
+        hits, keys = _reuse(cache, ctx, gspecs, genv)
         hits_seen.extend(hits)
         todo = [s for s in gspecs if s.name not in hits]
         res = run_probes(todo, python=ctx.python, env=genv) if todo else {}
@@ -234,9 +225,7 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
             for name, key in keys.items():
                 r = res.get(name)
                 if r is not None:
-                    cache.put(key, name, {"status": r.status, "data": r.data, "error": r.error,
-                                          "traceback": r.traceback, "duration_s": r.duration_s,
-                                          "stderr_tail": r.stderr_tail})
+                    cache.put(key, name, asdict(r))
         return {**hits, **res}
 
     with ThreadPoolExecutor(max_workers=len(groups)) as pool:
