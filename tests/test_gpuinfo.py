@@ -1,4 +1,4 @@
-"""GPU inventory parsing on recorded real outputs (../shared/fixtures), and black-box fake tools on PATH."""
+"""GPU inventory parsing on recorded real outputs (tests/fixtures, copied from public sources), and black-box fake tools on PATH."""
 
 import json
 import os
