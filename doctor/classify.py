@@ -662,6 +662,9 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
                                                                  "\n".join(log.lines), re.I):
         pb, auto = "disable-flash-attn", True
         summary += " The failing build is flash-attn: train without it (`flash_attn: sdpa`) until a build for this GPU exists."
+    if top.category == "unknown" and sig is not None:
+        # a recognised failure that no category's remedy fits: say what it is, never a wrong category
+        summary = f"{c.summary} What the log shows: {sig.source}."
     if top.signature.startswith("frame:"):
         summary = f"(Judged by where the error was raised, {top.signature[6:]}: no known message matched.) " + summary
     return Classification(top.category, pb, bool(pb) and auto if top.category != "killed_by_signal" else True,
