@@ -541,7 +541,8 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
 
 
 ERRORISH = re.compile(r"error|exception|traceback|fail|fatal|killed|abort|segmentation|core dumped|denied|"
-                      r"cannot|can't|unable to|invalid|timed? ?out|no such file|not found", re.I)
+                      r"cannot|can't|unable to|invalid|timed? ?out|no such file|not found|"
+                      r"closing signal|SIG(?:HUP|TERM|INT)\b", re.I)  # torch elastic tearing the job down: no silent stop
 SUCCESS = re.compile(r"train_runtime|Training completed|\*{5} train metrics|Saving model checkpoint to|"
                      r"Training finished|Finished training", re.I)
 
