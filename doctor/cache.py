@@ -134,7 +134,8 @@ def python_fingerprint(python: str, env: dict[str, str]) -> str:
 def probe_code_hash() -> str:
     """rocm-doctor's own probe code: a new release never reuses an old answer."""
     h = hashlib.sha256()
-    for f in sorted([*_PROBE_CODE.glob("*.py"), _PROBE_CODE.parent / "_worker_main.py"]):
+    for f in sorted([*_PROBE_CODE.glob("*.py"), _PROBE_CODE.parent / "_worker_main.py",
+                     _PROBE_CODE.parent / "_warm_main.py"]):
         try:
             h.update(f.name.encode() + f.read_bytes())
         except OSError:

@@ -32,6 +32,7 @@ class Options:
     record: bool = False           # keep what the host reads returned (``report`` stores them)
     replay: bool = False           # a recorded machine (``check --replay``): no probe runs in this Python
     no_cache: bool = False         # neither read nor write kept probe results (``check --no-cache``)
+    warm_start: bool = True        # may leave a warm stack worker behind (``train`` uses one, starts none)
 
 
 @dataclass

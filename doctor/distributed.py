@@ -117,7 +117,7 @@ def run_rank(args: Any, env: dict[str, str] | None = None, job: slurm.Job | None
     gpus, _ = gpuinfo.inventory(env=env)
     local_env = local_device_env(env, re_["local_rank"], len(gpus))
     checked = run_check(args.config, only=None, python=args.python, timeout=args.timeout, env=local_env,
-                        no_cache=bool(getattr(args, "no_cache", False)))
+                        no_cache=bool(getattr(args, "no_cache", False)), warm_start=False)  # ranks: no servers
     ctx, findings = checked.ctx, checked.findings
     es = environment_summary(ctx)
     inv = es.get("gpus") or []

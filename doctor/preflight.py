@@ -40,13 +40,15 @@ def validate_python(python: str | None) -> None:
 def run_check(config: str | None, *, quick: bool = False, only: set[str] | None = None, python: str | None = None,
               timeout: float = 120.0, env: dict[str, str] | None = None,
               progress: Callable[[str], None] | None = None, verbose: bool = False, record: bool = False,
-              replay: bool = False, no_cache: bool = False) -> Checked:
+              replay: bool = False, no_cache: bool = False, warm_start: bool = True) -> Checked:
     """Build the context and run the selected checks. Raises InputError for bad input. ``record`` keeps every
     host read for ``report``; ``replay`` runs on a recorded machine (``ROCM_DOCTOR_SYSROOT`` in ``env``)
-    without probing this Python; ``no_cache`` runs every probe afresh (:mod:`doctor.cache`)."""
+    without probing this Python; ``no_cache`` runs every probe afresh (:mod:`doctor.cache`); ``warm_start``
+    may leave a warm stack worker for the next run (:mod:`doctor.warm`)."""
     validate_python(python)
     ctx = Context.build(Options(config=config, quick=quick, only=only, python=python, timeout=timeout,
-                                verbose=verbose, record=record, replay=replay, no_cache=no_cache), env=env)
+                                verbose=verbose, record=record, replay=replay, no_cache=no_cache,
+                                warm_start=warm_start), env=env)
     return Checked(ctx, runner.run(ctx, progress=progress))
 
 

@@ -21,13 +21,15 @@ from dataclasses import asdict
 from functools import lru_cache
 from types import ModuleType
 
+from doctor import warm
 from doctor.cache import ProbeCache, cache_dir
 from doctor.context import Context
 from doctor.findings import Finding
 from doctor.registry import DOC001, CheckDef, crash
 from doctor.registry import check as check  # re-exported: plugins register with ``doctor.runner.check``
 from doctor.stack import DIST_VARS
-from doctor.worker import ProbeResult, ProbeSpec, run_probes
+from doctor.warm import Warm
+from doctor.worker import ProbeResult, ProbeSpec, run_probes, worker_env
 
 # in the order areas are shown; a module declares its area's Code objects in CODES and may hold no check
 # (``checks.distributed`` is rank 0's verdict, run by ``check --distributed``)
@@ -146,6 +148,15 @@ def probe_cache(ctx: Context) -> ProbeCache | None:
     return ctx.facts["probe_cache"]
 
 
+def warm_worker(ctx: Context, cache: ProbeCache | None, genv: dict[str, str], specs: list[ProbeSpec]) -> Warm | None:
+    """The run's handle on the warm server of the stack group (:mod:`doctor.warm`), or None where it is off: with
+    the probe cache (same switches), never for a recorded report."""
+    if cache is None or not warm.enabled(ctx.env):
+        return None
+    return Warm(ctx.python, cache.fingerprint(), worker_env(genv), [s.module for s in specs],
+                start=ctx.options.warm_start)
+
+
 def _reuse(cache: ProbeCache | None, ctx: Context, specs: list[ProbeSpec],
            env: dict[str, str]) -> tuple[dict[str, ProbeResult], dict[str, str]]:
     """(results kept from an earlier run, the keys of the cacheable probes still to run)."""
@@ -220,7 +231,10 @@ def run_probe_specs(ctx: Context, specs: list[ProbeSpec]) -> None:
         hits, keys = _reuse(cache, ctx, gspecs, genv)
         hits_seen.extend(hits)
         todo = [s for s in gspecs if s.name not in hits]
-        res = run_probes(todo, python=ctx.python, env=genv) if todo else {}
+        w = warm_worker(ctx, cache, genv, gspecs) if group == "stack" and todo else None
+        res = run_probes(todo, python=ctx.python, env=genv, warm=w) if todo else {}
+        if w is not None:
+            ctx.facts["warm"] = "served" if w.served else ("started" if w.start() else "cold")
         if cache is not None:
             for name, key in keys.items():
                 r = res.get(name)

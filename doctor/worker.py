@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.procs import kill_group, with_project_path
+from doctor.warm import Warm, WarmProc
 
 
 @dataclass
@@ -89,24 +90,32 @@ def _tail(path: Path, n: int = 2000) -> str:
         return ""
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
+def _kill_group(proc: subprocess.Popen | WarmProc) -> None:
     kill_group(proc, signal.SIGKILL, descendants=False)
 
 
-def run_probes(specs: list[ProbeSpec], python: str | None = None,
-               env: dict[str, str] | None = None) -> dict[str, ProbeResult]:
-    """Run probes of one group in as few worker processes as possible.
-
-    One worker runs the probes in order. If it dies (signal, non-zero exit) or a probe exceeds its
-    timeout, the in-flight probe gets ``crashed``/``timeout`` and a fresh worker continues with the rest.
-    """
-    python = python or sys.executable
-    results: dict[str, ProbeResult] = {}
-    pending = list(specs)
+def worker_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment a worker runs with: ``env`` (default ours), this checkout importable, the Hub offline."""
     child_env = with_project_path(env if env is not None else dict(os.environ))
     child_env.setdefault("PYTHONUNBUFFERED", "1")
     child_env["HF_HUB_OFFLINE"] = "1"  # a probe must never reach for the Hub
     child_env["TRANSFORMERS_OFFLINE"] = "1"
+    return child_env
+
+
+def run_probes(specs: list[ProbeSpec], python: str | None = None,
+               env: dict[str, str] | None = None, warm: Warm | None = None) -> dict[str, ProbeResult]:
+    """Run probes of one group in as few worker processes as possible.
+
+    One worker runs the probes in order. If it dies (signal, non-zero exit) or a probe exceeds its
+    timeout, the in-flight probe gets ``crashed``/``timeout`` and a fresh worker continues with the rest.
+    With ``warm`` (:mod:`doctor.warm`), each worker is a fork of a live warm server when one answers, the
+    same worker without the imports; otherwise a fresh process.
+    """
+    python = python or sys.executable
+    results: dict[str, ProbeResult] = {}
+    pending = list(specs)
+    child_env = worker_env(env)
     with tempfile.TemporaryDirectory(prefix="rocm-doctor-") as tmp:
         attempt = 0
         while pending:
@@ -123,10 +132,12 @@ def run_probes(specs: list[ProbeSpec], python: str | None = None,
             by_name = {s.name: s for s in pending}
             with open(err_path, "wb") as err:
                 try:
-                    proc = subprocess.Popen(
-                        [python, "-m", "doctor._worker_main", str(spec_path)],
-                        stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=child_env,
-                        cwd=os.getcwd(), start_new_session=True)
+                    proc: subprocess.Popen | WarmProc | None = warm.spawn(spec_path, err_path) if warm else None
+                    if proc is None:
+                        proc = subprocess.Popen(
+                            [python, "-m", "doctor._worker_main", str(spec_path)],
+                            stdin=subprocess.DEVNULL, stdout=err, stderr=err, env=child_env,
+                            cwd=os.getcwd(), start_new_session=True)
                 except OSError as e:
                     for s in pending:
                         results[s.name] = ProbeResult(s.name, "not_run", error=f"cannot start {python}: {e}")
@@ -183,6 +194,9 @@ def run_probes(specs: list[ProbeSpec], python: str | None = None,
                         return results
                     time.sleep(0.02)
             remaining = [s for s in pending if s.name not in results]
+            if isinstance(proc, WarmProc) and failed_name is None and not done:
+                warm = None  # the fork never reached a probe (its directory gone?): the same probes, cold
+                continue
             if failed_name is None and remaining:
                 # the worker exited cleanly without running them: the interpreter is unusable
                 for s in remaining:

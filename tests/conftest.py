@@ -31,6 +31,19 @@ def _fresh_probe_cache():
     yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_warm_servers():
+    """The tests' runs leave no warm stack worker behind (doctor.warm); tests/test_warm.py turns it on for its own
+    runs and stops what it started."""
+    before = os.environ.get("ROCM_DOCTOR_WARM")
+    os.environ["ROCM_DOCTOR_WARM"] = "0"
+    yield
+    if before is None:
+        os.environ.pop("ROCM_DOCTOR_WARM", None)
+    else:
+        os.environ["ROCM_DOCTOR_WARM"] = before
+
+
 def have(mod: str) -> bool:
     import importlib.util
 

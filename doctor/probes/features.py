@@ -12,6 +12,9 @@ import re
 import time
 from typing import Any
 
+# what probe_requirements (the stack worker's probe here) imports; a warm server imports it once
+PRELOAD = ("packaging.requirements", "llamafactory.hparams.parser", "llamafactory.model.model_utils.quantization")
+
 # ---------------------------------------------------------------- requirements in one pass
 
 class _Args:

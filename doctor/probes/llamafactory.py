@@ -13,6 +13,11 @@ import re
 import typing
 from typing import Any
 
+# what these probes import when they run: a warm server (doctor._warm_main) imports it once, ahead of the request
+PRELOAD = ("omegaconf", "transformers", "transformers.models.auto.tokenization_auto", "llamafactory.hparams",
+           "llamafactory.hparams.parser", "llamafactory.data.template", "llamafactory.extras.constants",
+           "llamafactory.model.model_utils.attention")
+
 
 def _describe_type(tp: Any) -> dict[str, Any]:
     """JSON description of a dataclass field type: kind, optional, strict choices."""

@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
+# what the stack worker's probes here import (a warm server imports it once); probe_torch runs in the device
+# worker, which is never warm
+PRELOAD = ("torch", "torchvision", "torchaudio")
+
 
 def probe_torch() -> dict[str, Any]:
     """Import torch once and describe the build and the visible devices."""

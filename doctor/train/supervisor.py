@@ -107,7 +107,8 @@ class Supervisor:
     def run_preflight(self, cm: Any) -> tuple[bool, list[str], list[str]]:
         """Check the config; apply the safe playbooks for error findings. False = do not launch."""
         self.say("[bold]Preflight[/] (rocm-doctor check) ...")
-        checked = run_check(str(self.config), timeout=120.0, env=self.env, no_cache=self.no_cache)
+        # a warm stack worker left by `check` serves this preflight; none is started (training wants the memory)
+        checked = run_check(str(self.config), timeout=120.0, env=self.env, no_cache=self.no_cache, warm_start=False)
         findings = checked.findings
         res = pbs.fix_findings(cm, findings, severities=("error",), model_config=checked.ctx.model_config(),
                                env=self.env)
