@@ -322,6 +322,11 @@ def test_library_messages_of_the_seventh_blind_set():
     for log, want in cases.items():
         c = classify_text(log)
         assert c.category == want, (log, c.category, c.signature)
+    cases = {"iter 12 step 1: loss nan, iter time: 825.32ms": "nan_or_divergent_loss",
+             "EI0006: 2024-08-05-18:15:21.270.506 Getting socket times out. Reason: Remote Rank did not send the data "
+             "in time. Please check the reason for the rank being stuck": "nccl_rccl_timeout"}
+    for log, want in cases.items():
+        assert classify_text(log).category == want, log
     torn = ("[INFO] Running training\n  0%|          | 0/300 [00:00<?, ?it/s]\n  1%|          | 3/300 [00:09<15:10]\n"
             "W1221 17:13:59.243000 46660 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 46809 "
             "closing signal SIGHUP\n")
@@ -358,7 +363,7 @@ def test_site_signatures_file(tmp_path):
 
 
 def test_collected_corpus_accuracy():
-    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 509 issues, each with its URL and
+    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 535 issues, each with its URL and
     the fix its thread established; two blind sets among them). `other:*` entries are failures outside the
     taxonomy: `unknown` is right, and a confident category for one is the costly mistake, so few are allowed."""
     rows = [json.loads(x) for x in (DATA / "failure-corpus.jsonl").read_text().splitlines() if x.strip()]
@@ -371,7 +376,7 @@ def test_collected_corpus_accuracy():
         if r["category"].startswith("other:") and c.category != "unknown":
             wrong_other.append((r["id"], c.category))
     assert good / len(rows) >= 0.9, f"{good}/{len(rows)}"
-    assert len(wrong_other) <= max(3, len(rows) // 100), wrong_other  # 4 of 509 (25 of them out of the taxonomy)
+    assert len(wrong_other) <= max(3, len(rows) // 100), wrong_other  # 5 at 535 (30 of them out of the taxonomy)
 
 
 def test_every_builtin_signature_compiles_and_matches_its_own_message():
