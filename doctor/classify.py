@@ -93,6 +93,7 @@ class Catalog:
         # signatures one of its words can satisfy (the catalog has hundreds; a log has thousands of lines)
         self.by_word: dict[str, list[Signature]] = {}
         self.unanchored: list[Signature] = []
+        self._order = {id(s): i for i, s in enumerate(self.signatures)}  # catalog order, built once
         for sig in self.signatures:
             if sig.anchors is None:
                 self.unanchored.append(sig)
@@ -114,7 +115,7 @@ class Catalog:
         for w in set(_WORD.findall(text.lower())):
             for sig in self.by_word.get(w, ()):
                 found[id(sig)] = sig
-        order = {id(s): i for i, s in enumerate(self.signatures)}
+        order = self._order
         return sorted(found.values(), key=lambda s: order[id(s)])
 
 
