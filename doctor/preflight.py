@@ -69,6 +69,11 @@ def environment_summary(ctx: Context) -> dict[str, Any]:
     schema = ctx.facts.get("lf_schema")
     if schema:
         env["llamafactory_schema"] = schema[1]
+    if ctx.facts.get("cache_hits") or ctx.facts.get("warm"):
+        # what was not measured afresh by this run: probe results reused from the cache, and whether the stack
+        # worker was a fork of the warm server (doctor.warm)
+        env["reused"] = {"probes": sorted(ctx.facts.get("cache_hits") or []),
+                         "stack_worker": ctx.facts.get("warm", "none needed")}
     return env
 
 

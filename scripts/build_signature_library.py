@@ -5,7 +5,8 @@ Input: JSON lines as ``harvest_messages.py`` prints them plus the labeller's ver
 catalog, one signature per distinct pattern, naming the module and line the message comes from.
 
 A message's pattern is the shortest word prefix of its longest literal part (five words and 24 characters
-at least) that matches no message labelled otherwise, skipped ones included: a prefix survives the small
+at least; a message whose literal parts are all shorter than 16 characters is matched whole, its values as
+wildcards) that matches no message labelled otherwise, skipped ones included: a prefix survives the small
 rewordings between releases ("... with the LoRA method." became "... with the LoRA or OFT method.") where
 the whole message would not, and it is extended until it is distinctive. Where no prefix is, the
 labeller's own pattern is kept.
@@ -44,6 +45,10 @@ def distinctive(message: str, category: str, others: list[tuple[str, str]]) -> s
         pat = r"\s+".join(re.escape(w) for w in lead)
         if len(" ".join(lead)) < 24 and k < len(words):
             continue
+        if len(" ".join(lead)) < 16 and len(parts) > 1:
+            # a short fragment ("Cannot open" of "Cannot open {} due to {}.") matches other libraries' and the
+            # system's messages too: the whole message, its values as wildcards
+            pat = r".{0,300}?".join(r"\s+".join(re.escape(w) for w in part.split(" ")) for part in parts)
         rx = re.compile(pat, re.I)
         if not any(rx.search(text) for text, cat in others if cat != category):
             return pat
