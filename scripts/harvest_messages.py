@@ -7,6 +7,10 @@ message with its module, one JSON object per line::
     python scripts/harvest_messages.py > /tmp/messages.jsonl
     python scripts/harvest_messages.py --root /tmp/unpacked-deepspeed --package deepspeed
     python scripts/harvest_messages.py --uncovered      # only messages no signature of the catalog matches
+    python scripts/harvest_messages.py --root /tmp/src-unsloth/unsloth --package unsloth      # not installed here:
+    python scripts/harvest_messages.py --root /tmp/src-axolotl/src/axolotl --package axolotl  # from their sources
+
+scripts/labels/ holds the labelled harvests (unsloth at 015bdef0, axolotl at 067b021c from their GitHub trees).
 
 f-strings keep their literal parts with ``{...}`` where the value goes, so a message reads as a user sees
 it ("Template {} does not exist."). ``--uncovered`` runs each message through the classifier's own
