@@ -307,90 +307,112 @@ def test_recognised_failures_outside_every_category_say_what_they_are():
     assert c.category == "dependency_version", (c.category, c.signature)
 
 
-def test_library_messages_of_the_seventh_blind_set():
-    """Messages as the libraries raise them (unsloth's loader, accelerate's DeepSpeed guard, huggingface_hub for a
-    dataset path it looked up as a Hub dataset), and torch elastic's SIGHUP teardown, which is no silent hang."""
-    cases = {
-        "ValueError: `unsloth/Qwen3.5-0.8B` is not supported yet in `transformers==4.57.6`.": "dependency_version",
-        "ValueError: DeepSpeed is not compatible with `device_map`. n_gpu: 8, local_world_size: 1.": "deepspeed_config",
-        "RuntimeError: Unsloth: No config file found - are you sure the `model_name` is correct?": "model_path_or_hub",
-        "huggingface_hub.errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-)\n"
-        "Repository Not Found for url: https://huggingface.co/datasets/json/resolve/main/mydata.jsonl.": "dataset_missing",
-        "huggingface_hub.errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-)\n"
-        "Repository Not Found for url: https://huggingface.co/api/models/meta-llama/x/revision/main.": "model_path_or_hub",
-    }
-    for log, want in cases.items():
-        c = classify_text(log)
-        assert c.category == want, (log, c.category, c.signature)
-    cases = {"iter 12 step 1: loss nan, iter time: 825.32ms": "nan_or_divergent_loss",
-             "EI0006: 2024-08-05-18:15:21.270.506 Getting socket times out. Reason: Remote Rank did not send the data "
-             "in time. Please check the reason for the rank being stuck": "nccl_rccl_timeout"}
-    for log, want in cases.items():
-        assert classify_text(log).category == want, log
+# Messages as the libraries raise or print them, from the blind sets' misses: unsloth's loader, accelerate's DeepSpeed
+# guard, huggingface_hub looking a dataset path up on the Hub, GPT-NeoX's overflow monitor, amdgpu's drm errors, the
+# CUDA mismatch at a build, ptxas, LLaMA-Factory's export refusals, ms-swift, vllm, peft; and recognised failures
+# that fit no category (`unknown`): OpenCV's libGL, a driver older than the build, a native crash, elastic's teardown
+LIBRARY_MESSAGES = [
+    ("ValueError: `unsloth/Qwen3.5-0.8B` is not supported yet in `transformers==4.57.6`.",
+     "dependency_version"),
+    ("ValueError: DeepSpeed is not compatible with `device_map`. n_gpu: 8, local_world_size: 1.",
+     "deepspeed_config"),
+    ("RuntimeError: Unsloth: No config file found - are you sure the `model_name` is correct?",
+     "model_path_or_hub"),
+    ("huggingface_hub.errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-)\n"
+     "Repository Not Found for url: https://huggingface.co/datasets/json/resolve/main/mydata.jsonl.",
+     "dataset_missing"),
+    ("huggingface_hub.errors.RepositoryNotFoundError: 401 Client Error. (Request ID: Root=1-)\n"
+     "Repository Not Found for url: https://huggingface.co/api/models/meta-llama/x/revision/main.",
+     "model_path_or_hub"),
+    ("iter 12 step 1: loss nan, iter time: 825.32ms", "nan_or_divergent_loss"),
+    ("EI0006: 2024-08-05-18:15:21.270.506 Getting socket times out. Reason: Remote Rank did not "
+     "send the data in time. Please check the reason for the rank being stuck",
+     "nccl_rccl_timeout"),
+    ("Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.", "nan_or_divergent_loss"),
+    ("ImportError: cannot import name 'foo_bar' from 'somepkg.utils' "
+     "(/opt/venv/lib/python3.10/site-packages/somepkg/utils/__init__.py)",
+     "dependency_version"),
+    ("ImportError: cannot import name 'convert_state_dict_to_diffusers' from 'diffusers.utils'",
+     "dependency_version"),
+    ("[22348.967851] [drm:amdgpu_device_fw_loading [amdgpu]] *ERROR* resume of IP block <psp> "
+     "failed -62",
+     "gpu_hw_fault"),
+    ("RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not match "
+     "the version used to compile Pytorch binaries.  Pytorch binaries were compiled with Cuda 12.1.",
+     "extension_build_failed"),
+    ("ValueError: FP16 Mixed precision training with AMP or APEX (`--fp16`) and FP16 half precision "
+     "evaluation (`--fp16_full_eval`) can only be used on CUDA or NPU devices.",
+     "gpu_not_detected"),
+    ("ValueError: Please specify which `template` to use.", "template_or_tokenizer"),
+    ("ptxas /tmp/compile-ptx-src-b5bf24, line 392; error   : Feature '.bf16' requires .target sm_80 "
+     "or higher",
+     "bf16_unsupported"),
+    ("ValueError: Cannot merge adapters to a quantized model", "config_invalid"),
+    ("ValueError: `rope_scaling` must be a dictionary with two fields, `type` and `factor`, got "
+     "{'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'rope_type': 'llama3'}",
+     "dependency_version"),
+    ("TypeError: DPOConfig.__init__() got an unexpected keyword argument 'ref_model_init_kwargs'",
+     "unknown_config_key"),
+    ("datasets.arrow_writer.SchemaInferenceError: Please pass `features` or at least one example "
+     "when writing data",
+     "dataset_missing"),
+    (":0:/longer_pathname.../hipamd/src/hip_platform.cpp:110 : 3010170007 us:\nCannot retrieve "
+     "Static function, error: 218",
+     "hip_invalid_device_function"),
+    ("/home/n/flash-attention/csrc/composable_kernel/include/ck_tile/core/arch/generic_memory_space_atomic_hip.hpp:66:19: "
+     "error: static assertion failed due to requirement",
+     "flash_attn_failure"),
+    ("/tmp/ext/src/my_op.cpp:12:5: error: 'foo' was not declared in this scope", "extension_build_failed"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'data/alpaca_en.jsonl'", "dataset_missing"),
+    ("ValueError: remaining_argv: ['--train_type', 'sft']", "unknown_config_key"),
+    ("RuntimeError: Unsloth: The tokenizer `x/y` does not have a {% if add_generation_prompt %} for "
+     "generation",
+     "template_or_tokenizer"),
+    ("ValueError: LoRA rank 64 is greater than max_lora_rank 16.", "config_invalid"),
+    ("ValueError: Model was not initialized with `Zero-3` despite being configured for DeepSpeed "
+     "Zero-3.",
+     "deepspeed_config"),
+    ("W0304 01:00:36.891000 3535919 "
+     "site-packages/torch/distributed/elastic/agent/server/api.py:725] Received Signals.SIGTERM "
+     "death signal, shutting down workers",
+     "killed_by_signal"),
+    ("RuntimeError: The NVIDIA driver on your system is too old (found version 11060).", "unknown"),
+    ("E0101 failed (exitcode: -11) local_rank: 0 (pid: 3304209) of binary: /usr/bin/python", "unknown"),
+    ("W0726 18:36:31.897000 1404 torch/distributed/elastic/multiprocessing/api.py:858] Sending "
+     "process 24503 closing signal SIGTERM",
+     "unknown"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/models/llama/tokenizer_config.json'",
+     "unknown"),
+    ("用int4训练后，导出时失败。\n错误提示为：ValueError: Please merge adapters before quantizing the model.",
+     "config_invalid"),
+    ("ValueError: Can't find config.json at './sst2_lora'", "model_path_or_hub"),
+    ("/opt/venv/lib/python3.8/site-packages/torch/cuda/__init__.py:88: UserWarning: HIP "
+     "initialization: Unexpected error from hipGetDeviceCount(). Did you run some cuda functions "
+     "before calling NumHipDevices() that might have already set an error? Error 101: "
+     "hipErrorInvalidDevice",
+     "gpu_not_detected"),
+    ("CUDA error "
+     "(/__w/xformers/xformers/third_party/flash-attention/hopper/flash_fwd_launch_template.h:167): "
+     "no kernel image is available for execution on the device",
+     "flash_attn_failure"),
+    ("06/02 00:10:53 - mmengine - WARNING - WARNING: command error: 'libGL.so.1: cannot open shared "
+     "object file: No such file or directory'!",
+     "unknown"),
+]
+
+
+@pytest.mark.parametrize(("log", "want"), LIBRARY_MESSAGES, ids=[f"{w}-{i}" for i, (_, w) in enumerate(LIBRARY_MESSAGES)])
+def test_library_messages(log, want):
+    c = classify_text(log)
+    assert c.category == want, (log, c.category, c.signature)
+
+
+def test_teardown_and_user_modules_are_no_cause():
+    """torch elastic's SIGHUP teardown is no silent hang; a user module's missing name is no dependency version."""
     torn = ("[INFO] Running training\n  0%|          | 0/300 [00:00<?, ?it/s]\n  1%|          | 3/300 [00:09<15:10]\n"
             "W1221 17:13:59.243000 46660 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 46809 "
             "closing signal SIGHUP\n")
     assert classify_text(torn).category != "hang"
-
-
-def test_messages_of_the_ninth_to_thirteenth_blind_sets():
-    """As the libraries print them: GPT-NeoX's overflow monitor, an import of a name an installed package lacks,
-    amdgpu's drm errors, torch's and apex's CUDA mismatch at build, transformers' fp16-needs-a-GPU refusal,
-    LLaMA-Factory asking for a template; and OpenCV's missing libGL, which no training remedy fits."""
-    cases = {
-        "Exception: Skipped 50 iterations in a row due to Overflow - Exiting training.": "nan_or_divergent_loss",
-        "ImportError: cannot import name 'foo_bar' from 'somepkg.utils' "
-        "(/opt/venv/lib/python3.10/site-packages/somepkg/utils/__init__.py)": "dependency_version",
-        "ImportError: cannot import name 'convert_state_dict_to_diffusers' from 'diffusers.utils'": "dependency_version",
-        "[22348.967851] [drm:amdgpu_device_fw_loading [amdgpu]] *ERROR* resume of IP block <psp> failed -62": "gpu_hw_fault",
-        "RuntimeError: Cuda extensions are being compiled with a version of Cuda that does not match the version used "
-        "to compile Pytorch binaries.  Pytorch binaries were compiled with Cuda 12.1.": "extension_build_failed",
-        "ValueError: FP16 Mixed precision training with AMP or APEX (`--fp16`) and FP16 half precision evaluation "
-        "(`--fp16_full_eval`) can only be used on CUDA or NPU devices.": "gpu_not_detected",
-        "ValueError: Please specify which `template` to use.": "template_or_tokenizer",
-        "ptxas /tmp/compile-ptx-src-b5bf24, line 392; error   : Feature '.bf16' requires .target sm_80 or higher":
-            "bf16_unsupported",
-        "ValueError: Cannot merge adapters to a quantized model": "config_invalid",
-        "ValueError: `rope_scaling` must be a dictionary with two fields, `type` and `factor`, got {'factor': 8.0, "
-        "'low_freq_factor': 1.0, 'high_freq_factor': 4.0, 'rope_type': 'llama3'}": "dependency_version",
-        "TypeError: DPOConfig.__init__() got an unexpected keyword argument 'ref_model_init_kwargs'": "unknown_config_key",
-        "datasets.arrow_writer.SchemaInferenceError: Please pass `features` or at least one example when writing data":
-            "dataset_missing",
-        ":0:/longer_pathname.../hipamd/src/hip_platform.cpp:110 : 3010170007 us:\nCannot retrieve Static function, "
-        "error: 218": "hip_invalid_device_function",
-        "/home/n/flash-attention/csrc/composable_kernel/include/ck_tile/core/arch/generic_memory_space_atomic_hip.hpp:"
-        "66:19: error: static assertion failed due to requirement": "flash_attn_failure",
-        "/tmp/ext/src/my_op.cpp:12:5: error: 'foo' was not declared in this scope": "extension_build_failed",
-        "FileNotFoundError: [Errno 2] No such file or directory: 'data/alpaca_en.jsonl'": "dataset_missing",
-        "ValueError: remaining_argv: ['--train_type', 'sft']": "unknown_config_key",
-        "RuntimeError: Unsloth: The tokenizer `x/y` does not have a {% if add_generation_prompt %} for generation":
-            "template_or_tokenizer",
-        "ValueError: LoRA rank 64 is greater than max_lora_rank 16.": "config_invalid",
-        "ValueError: Model was not initialized with `Zero-3` despite being configured for DeepSpeed Zero-3.":
-            "deepspeed_config",
-        "W0304 01:00:36.891000 3535919 site-packages/torch/distributed/elastic/agent/server/api.py:725] Received "
-        "Signals.SIGTERM death signal, shutting down workers": "killed_by_signal",
-        # recognised, but no category's remedy fits: a driver older than the build, a native crash
-        "RuntimeError: The NVIDIA driver on your system is too old (found version 11060).": "unknown",
-        "E0101 failed (exitcode: -11) local_rank: 0 (pid: 3304209) of binary: /usr/bin/python": "unknown",
-        # torch elastic stopping the other ranks names no cause
-        "W0726 18:36:31.897000 1404 torch/distributed/elastic/multiprocessing/api.py:858] Sending process 24503 "
-        "closing signal SIGTERM": "unknown",
-        "FileNotFoundError: [Errno 2] No such file or directory: '/models/llama/tokenizer_config.json'": "unknown",
-        "用int4训练后，导出时失败。\n错误提示为：ValueError: Please merge adapters before quantizing the model.": "config_invalid",
-        "ValueError: Can't find config.json at './sst2_lora'": "model_path_or_hub",
-        "/opt/venv/lib/python3.8/site-packages/torch/cuda/__init__.py:88: UserWarning: HIP initialization: Unexpected "
-        "error from hipGetDeviceCount(). Did you run some cuda functions before calling NumHipDevices() that might "
-        "have already set an error? Error 101: hipErrorInvalidDevice": "gpu_not_detected",
-        "CUDA error (/__w/xformers/xformers/third_party/flash-attention/hopper/flash_fwd_launch_template.h:167): "
-        "no kernel image is available for execution on the device": "flash_attn_failure",
-        "06/02 00:10:53 - mmengine - WARNING - WARNING: command error: 'libGL.so.1: cannot open shared object file: "
-        "No such file or directory'!": "unknown",
-    }
-    for log, want in cases.items():
-        c = classify_text(log)
-        assert c.category == want, (log, c.category, c.signature)
-    # a user module's missing name is no dependency version
     assert classify_text("ImportError: cannot import name 'helper' from 'utils' (/home/me/proj/utils.py)").category \
         != "dependency_version"
 
