@@ -150,9 +150,9 @@ class Warm:
         """Leave a server behind for the next run (after a cold stack worker): one per user, detached, silent."""
         if self.path is None or not self.may_start:
             return False
-        stop_others(self.path.parent, keep=self.path)
         if self.path.with_name(self.path.name + ".failed").exists():
-            return False  # this stack failed to import in a server: cold workers report it
+            return False  # this stack failed to import in a server: cold workers report it (and others live on)
+        stop_others(self.path.parent, keep=self.path)
         if any(sock == self.path for sock, _ in servers(self.path.parent)):
             return False  # ours is still importing (started by a run a moment ago)
         try:

@@ -97,11 +97,11 @@ def run(args: argparse.Namespace) -> int:
         print(check_json(checked.findings, environment_summary(checked.ctx)))
     else:
         print_human(checked.findings, console(), verbose=args.verbose, skipped=skipped_areas(checked.ctx))
-        hits = checked.ctx.facts.get("cache_hits") or []
-        if args.verbose and (hits or checked.ctx.facts.get("warm") == "served"):
-            console().print(f"[dim]reused from the probe cache: {', '.join(sorted(hits)) or 'nothing'}"
-                            + ("; the stack probes ran in a fork of the warm worker"
-                               if checked.ctx.facts.get("warm") == "served" else "")
+        reused = environment_summary(checked.ctx).get("reused")  # what --json says, in words
+        served = bool(reused) and reused["stack_worker"] == "served"
+        if args.verbose and reused and (reused["probes"] or served):
+            console().print(f"[dim]reused from the probe cache: {', '.join(reused['probes']) or 'nothing'}"
+                            + ("; the stack probes ran in a fork of the warm worker" if served else "")
                             + " (--no-cache probes everything afresh)[/dim]")
     return 1 if has_errors(checked.findings) else 0
 
