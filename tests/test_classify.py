@@ -398,6 +398,15 @@ LIBRARY_MESSAGES = [
     ("06/02 00:10:53 - mmengine - WARNING - WARNING: command error: 'libGL.so.1: cannot open shared "
      "object file: No such file or directory'!",
      "unknown"),
+    ('NotImplementedError: Unsloth cannot find any torch accelerator? You need a GPU.', "gpu_not_detected"),
+    ("host:4005:4041 [0] init.cc:521 NCCL WARN Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 40\n"
+     "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:957, invalid usage, NCCL version 21.0.3",
+     "unknown"),
+    ("host:1:1 [0] transport/nvls.cc:165 NCCL WARN Cuda failure 'invalid argument'", "unknown"),
+    ("OSError: file my_dir/config.json not found", "model_path_or_hub"),
+    ("ValueError: File data/alpaca_mine.json not found.", "dataset_missing"),
+    ('      "grad_norm": NaN,\n      "learning_rate": 0.0,\n      "logits/chosen": NaN,', "nan_or_divergent_loss"),
+    ("torch.AcceleratorError: CUDA error: file not found", "hip_invalid_device_function"),
 ]
 
 
