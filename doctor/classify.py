@@ -541,25 +541,61 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
     return hits
 
 
-ERRORISH = re.compile(r"error|exception|traceback|fail|fatal|killed|abort|segmentation|core dumped|denied|"
+ERRORISH = re.compile(r"error|exception|traceback|\bfail|fatal|killed|abort|segmentation|core dumped|denied|"
                       r"cannot|can't|unable to|invalid|timed? ?out|no such file|not found|"
                       r"closing signal|SIG(?:HUP|TERM|INT)\b", re.I)  # torch elastic tearing the job down: no silent stop
 SUCCESS = re.compile(r"train_runtime|Training completed|\*{5} train metrics|Saving model checkpoint to|"
                      r"Training finished|Finished training", re.I)
 
 
+# a progress line of a training loop that is not a bar: "Epoch 0 step 0", "step 120/3000", "[Rank 0] iteration 5"
+STEP_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?(?:epoch\s+\d+[,:]?\s+)?(?:step|iteration|iter)\s*[:=]?\s*\d+(?:/\d+)?\b", re.I)
+# an INFO record of a library logger in the formats LLaMA-Factory, vLLM, torchtune, swift, Lightning print
+INFO_RECORD = re.compile(r"^\s*(?:\S+\s+)?(?:\[INFO[|:\]]|INFO[: ]\s?\S|\[I [^\]]*\])|initializing ddp: GLOBAL_RANK", re.I)
+
+
 def _stalled(log: ParsedLog) -> _Hit | None:
     """A log that shows a run at work and then simply stops, with no error anywhere and no sign of the run
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
     body = [ln for ln in log.lines if ln.strip()]
-    if len(body) < 3 or any(ERRORISH.search(ln) for ln in body) or any(SUCCESS.search(ln) for ln in body):
+    if not body or any(ERRORISH.search(ln) for ln in body) or any(SUCCESS.search(ln) for ln in body):
         return None
     from doctor.logparse import LOG_RECORD, PROGRESS_BAR
 
     last = body[-1]
-    if PROGRESS_BAR.search(last) or LOG_RECORD.match(last) or re.search(r"\d+%\|", last) or "NCCL INFO" in last \
-            or re.match(r"\s*\{['\"](?:loss|eval_loss)", last):
+
+    def at_work(ln: str) -> bool:
+        return bool(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln)
+                    or re.match(r"\s*\{['\"](?:loss|eval_loss)", ln))
+
+    # a bar or a loss record is the run at work even alone (what users paste of a stuck run); a plain log record
+    # at the end needs a bar just before it or a few lines of context before a silent end reads as a stall
+    record = bool(LOG_RECORD.match(last) or INFO_RECORD.search(last) or "NCCL INFO" in last)
+    if at_work(last) or (record and (len(body) >= 3 or any(at_work(ln) for ln in body[-3:]))):
         return _Hit("hang", 0.45, len(log.lines) - 1, "log-ends-without-error")
+    return None
+
+
+TEARDOWN = re.compile(r"Sending process \d+ closing signal SIGTERM")
+
+
+def _silent_rank_death(log: ParsedLog) -> _Hit | None:
+    """torch elastic tearing the ranks down right after one was at work (a bar, a step), with no exception
+    anywhere: the rank that died printed nothing, which a Python error always does. It was killed (the host OOM
+    killer while every rank loads the model into RAM is the usual case) or crashed natively."""
+    first = next((i for i, ln in enumerate(log.lines) if TEARDOWN.search(ln)), None)
+    if first is None or log.exceptions():
+        return None
+    before = [ln for ln in log.lines[:first] if ln.strip()]
+    # a bar redrawn with \r and the launcher's warning often share one pasted line: what precedes the record
+    m = re.match(r"(.*?)[WIE]\d{4} \d\d:\d\d", log.lines[first])
+    prior = before[-1:] + ([m.group(1)] if m and m.group(1).strip() else [])
+    if not prior or any(ERRORISH.search(ln) for ln in log.lines[:first]):
+        return None
+    from doctor.logparse import PROGRESS_BAR
+
+    if any(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln) for ln in prior):
+        return _Hit("killed_by_signal", 0.5, first, "rank-died-silently")
     return None
 
 
@@ -586,6 +622,10 @@ def classify_text(text: str, exit_code: int | None = None, signal_name: str | No
         if b is None or h.score > b.score + 1e-9 or (abs(h.score - b.score) < 1e-9 and h.line < b.line):
             best[h.category] = h
     ranked = sorted(best.values(), key=lambda h: (-h.score, h.line))
+    if not ranked or ranked[0].score < THRESHOLD or ranked[0].signature == "elastic-teardown":
+        silent = _silent_rank_death(log)
+        if silent is not None:
+            ranked = [silent] + ranked
     if not ranked or ranked[0].score < THRESHOLD:
         stalled = _stalled(log)
         if stalled is not None:
@@ -684,6 +724,26 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|")
 
 
+# The verdicts read from the log's shape rather than a message (documented with the signatures)
+STRUCTURAL = [
+    ("hf-log-loss-nonfinite / hf-log-grad_norm-nonfinite", "nan_or_divergent_loss", 0.88 * W_LOSS,
+     "an HF trainer log dict (`{'loss': nan, ...}`) or a trainer-log record with a NaN/Inf loss or grad_norm"),
+    ("hf-log-loss-zero", "nan_or_divergent_loss", 0.82 * W_LOSS,
+     "a logged loss of exactly 0.0 while training (how HF logs NaN steps under fp16 / a collapsed run); lower "
+     "without an earlier positive loss or a zero grad_norm"),
+    ("launcher-signal", "killed_by_signal", 0.62,
+     "the launcher's summary (torchrun, DeepSpeed, accelerate) or train's own exit status says SIGKILL/SIGTERM "
+     "/ -9 / 137, and no message matched"),
+    ("rank-died-silently", "killed_by_signal", 0.5,
+     "torch elastic stops the other ranks right after a rank was at work (a bar, a step) and no Python error is "
+     "anywhere in the log: the dead rank was killed (the host OOM killer while every rank loads the model) or "
+     "crashed natively"),
+    ("log-ends-without-error", "hang", 0.45,
+     "no error, no sign of the run finishing, and the last line is the run at work (a progress bar, a step, a "
+     "loss record; an INFO record after a bar or a few lines of log)"),
+]
+
+
 def markdown_table() -> str:
     """The README's table of categories, generated from the catalog."""
     cat = catalog()
@@ -726,6 +786,9 @@ def markdown_page() -> str:
         if lib.get(name):
             out += [f"Plus {lib[name]} messages harvested from the libraries' sources "
                     "(`playbooks/signatures-library.json`).", ""]
+    shape = "".join(f"\n| `{sid}` | `{c}` | {conf:.2f} | {_cell(doc)} |" for sid, c, conf, doc in STRUCTURAL)
+    out += ["## Read from the log's shape", "", "Where no message decides, the log's structure can:", "",
+            "| signature | category | confidence | when |", "|---|---|---|---|" + shape, ""]
     frames = "".join(f"\n| `{_cell(rx.pattern)}` | `{c}` | {conf:.2f} |" for rx, c, conf in cat.frames)
     out += ["## Where no message matches", "", "The innermost frame that a rule knows decides:", "",
             "| frame (path:function, source line) | category | confidence |", "|---|---|---|" + frames, ""]

@@ -426,6 +426,37 @@ def test_teardown_and_user_modules_are_no_cause():
         != "dependency_version"
 
 
+TEARDOWN = ("W0806 20:07:54.546301 148486 torch/distributed/elastic/multiprocessing/api.py:897] Sending process "
+            "148593 closing signal SIGTERM\n")
+
+
+@pytest.mark.parametrize(("log", "want"), [
+    # a stuck run pasted as its last progress bar alone
+    ("Running tokenizer on dataset (num_proc=16):   0%|          | 0/77976 [00:00<?, ? examples/s]\n", "hang"),
+    # a bar, then one INFO record, then nothing (torchtune)
+    ("1|15|Loss: 2.37: 100%|█████| 15/15 [01:25<00:00,  5.37s/it]\rINFO:torchtune.utils._logging:Starting "
+     "checkpoint save...\n", "hang"),
+    # a CI log with timestamps ending silently: `set -o pipefail` is no failure
+    ("2023-02-02T21:28:36.05Z shell: /usr/bin/bash --noprofile --norc -e -o pipefail {0}\n"
+     "2023-02-02T21:28:36.15Z GPU  Temp   AvgPwr  SCLK\n2023-02-02T21:28:36.16Z 0    33.0c  17.0W   925Mhz\n", "hang"),
+    ("initializing ddp: GLOBAL_RANK: 1, MEMBER: 2/8\ninitializing ddp: GLOBAL_RANK: 3, MEMBER: 4/8\n"
+     "initializing ddp: GLOBAL_RANK: 0, MEMBER: 1/8\n", "hang"),
+    # one INFO line alone says nothing
+    ("INFO 11-12 22:04:23 metrics.py:406] Avg prompt throughput: 0.0 tokens/s\n", "unknown"),
+    # a rank died loading shards and printed nothing: killed, not a cause-less teardown
+    ("Loading checkpoint shards:  47%|████▍     | 7/15 [03:24<03:59, 29.97s/it]" + TEARDOWN * 3, "killed_by_signal"),
+    # the failing rank's own error is the cause, the teardown none
+    ("Traceback (most recent call last):\n  File \"train.py\", line 3, in <module>\n"
+     "ValueError: Cannot find valid samples, check `data/README.md` for the data format.\n" + TEARDOWN, "dataset_missing"),
+    # a teardown with nothing before it: no verdict
+    (TEARDOWN * 2, "unknown"),
+])
+def test_silent_ends(log, want):
+    """A log that just stops while the run was at work is a stall; torch elastic stopping the ranks right after a
+    bar, with no Python error anywhere, is a rank that was killed."""
+    assert classify_text(log).category == want, classify_text(log)
+
+
 def test_explain_json_has_confidence_and_alternatives():
     r = run_cli("explain", "--json", "-", input="torch.OutOfMemoryError: HIP out of memory. Tried to allocate 4 GiB\n")
     out = json.loads(r.stdout)
