@@ -122,8 +122,13 @@ class Catalog:
 _WORD = re.compile(r"[a-z0-9_]{4,}")
 
 
-def _options(seq: Any, limit: int = 16) -> list[list[str]]:
-    """The ways a parsed regex can match, each as the literal runs it needs (``re._parser`` AST)."""
+class _TooMany(Exception):
+    """More ways to match than :func:`_options` follows: the pattern gets no anchors (always tried)."""
+
+
+def _options(seq: Any, limit: int = 64) -> list[list[str]]:
+    """The ways a parsed regex can match, each as the literal runs it needs (``re._parser`` AST). Every way
+    is kept or none (:class:`_TooMany`): a way left out would let a text that matches it skip the pattern."""
     from re import _constants as c
 
     opts: list[list[str]] = [[""]]
@@ -151,7 +156,9 @@ def _options(seq: Any, limit: int = 16) -> list[list[str]]:
             inner = [o for sub in subs for o in _options(sub, limit)]
             if op not in (c.SUBPATTERN, c.BRANCH) and inner:  # a repeat: its runs stand alone
                 inner = [o + [""] for o in inner]
-            opts = [a + b for a in opts for b in inner][:limit] or opts
+            if len(opts) * len(inner) > limit:
+                raise _TooMany
+            opts = [a + b for a in opts for b in inner] or opts
             close()
         else:
             close()
@@ -168,7 +175,11 @@ def anchors(pattern: str) -> set[str] | None:
     except (re.error, RecursionError):
         return None
     out: set[str] = set()
-    for o in _options(tree):
+    try:
+        ways = _options(tree)
+    except _TooMany:
+        return None
+    for o in ways:
         words = [w for run in o for w in _WORD.findall(run)]
         if not words:
             return None
@@ -219,14 +230,16 @@ def _load_yaml(path: Path) -> dict[str, Any]:
 def _cached_yaml(path: Path) -> dict[str, Any]:
     """A YAML file's content, parsed once per version of the file: pure-Python YAML parsing costs more
     than a log's whole classification, so the parse is kept as JSON in the user cache (keyed by the file's
-    path, size and mtime; an unreadable or stale entry is rebuilt, never an error)."""
+    path, size and mtime, and this module's, which computes the anchors kept with it; an unreadable or stale
+    entry is rebuilt, never an error)."""
     import hashlib
 
     from doctor.cache import cache_dir
 
     try:
-        st = path.stat()
-        key = hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        st, code = path.stat(), Path(__file__).stat()
+        key = hashlib.sha1(f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{code.st_size}:{code.st_mtime_ns}"
+                           .encode()).hexdigest()[:16]
         cached = cache_dir() / "signatures" / f"{path.stem}-{key}.json"
         return json.loads(cached.read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -407,6 +407,12 @@ LIBRARY_MESSAGES = [
     ("ValueError: File data/alpaca_mine.json not found.", "dataset_missing"),
     ('      "grad_norm": NaN,\n      "learning_rate": 0.0,\n      "logits/chosen": NaN,', "nan_or_divergent_loss"),
     ("torch.AcceleratorError: CUDA error: file not found", "hip_invalid_device_function"),
+    ("[27109.509433] amdgpu 0000:03:00.0: amdgpu: ring comp_1.1.1 timeout, signaled seq=7091, emitted seq=7093",
+     "gpu_hw_fault"),
+    ("2020-03-11 17:17:25.172845: E tensorflow/stream_executor/rocm/rocm_driver.cc:600] failed to allocate 2.02G "
+     "(2168105472 bytes) from device: HIP_ERROR_OutOfMemory", "oom"),
+    ("CMake Error at gloo_hip_generated_nccl.hip.o.cmake:146 (message):\n  Error generating\n",
+     "extension_build_failed"),
 ]
 
 
@@ -521,3 +527,22 @@ def test_every_builtin_signature_compiles_and_matches_its_own_message():
             assert sig.pattern.search(lib[sig.id]["message"].replace("{}", "X")), sig.id
         for near, _ in sig.refine:
             re.compile(near)
+
+
+def test_anchors_cover_every_way_a_pattern_matches():
+    """A pattern is only tried on texts holding one of its anchor words: with more ways to match than are
+    followed, it gets none (always tried) rather than anchors that miss a way (bitsandbytes' `CUDA SETUP: ...
+    not found` once went unmatched behind a long alternation)."""
+    from doctor.classify import anchors
+
+    alts = "|".join(f"word{i:02d}" for i in range(40))
+    pattern = f"(?:{alts}) (?:alpha|beta|gamma)|CUDA SETUP:.*(?:not found|failed)"
+    texts = ["word39 gamma", "word00 alpha", "CUDA SETUP: WARNING! libcuda.so not found!", "CUDA SETUP: Setup Failed"]
+    found = anchors(pattern)
+    for text in texts:
+        assert found is None or any(w in text.lower() for w in found), (text, found)
+    few = anchors("CUDA SETUP:.*(?:not found|failed)")
+    assert few is not None and all(any(w in t.lower() for w in few) for t in texts[2:])
+    assert classify_text("CUDA SETUP: WARNING! libcuda.so not found! Do you have a CUDA driver installed?\n"
+                         "CUDA SETUP: Loading binary /x/site-packages/bitsandbytes/libbitsandbytes_cpu.so...\n"
+                         ).category == "bitsandbytes_unavailable"
