@@ -589,6 +589,16 @@ def _stalled(log: ParsedLog) -> _Hit | None:
     return None
 
 
+def _refuses_bf16(log: ParsedLog, top: _Hit) -> bool:
+    """A bf16_unsupported verdict whose message refuses bf16 itself (a GPU or build without it), not the two
+    precision flags together (fix-precision drops fp16), fp16, or tf32."""
+    if top.signature in ("fp16-and-bf16", "bf16-fp16-assert"):
+        return False
+    text = "\n".join(log.lines[max(0, top.line - 1):top.line + 2])
+    return bool(re.search(r"bf16|bfloat16|use float16 instead", text, re.I)) and not re.search(
+        r"at most one|at once|\bboth\b|tf32|type fp16", text, re.I)
+
+
 TEARDOWN = re.compile(r"Sending process \d+ closing signal SIGTERM")
 
 
@@ -707,6 +717,12 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
         details["not_installed"] = True
         summary = ("bitsandbytes is not installed in this environment, and QLoRA (`quantization_bit`) needs it. Fall "
                    "back from QLoRA to 16-bit LoRA, or install bitsandbytes (>= 0.49 ships ROCm binaries).")
+    elif top.category == "bf16_unsupported" and _refuses_bf16(log, top):
+        # a refusal of bf16 itself, not of two flags: fp16 is the run that can go ahead
+        pb, auto = "bf16-to-fp16", True
+        summary += (" Train in fp16 (`bf16-to-fp16`) on a GPU without bf16 (pre-Ampere NVIDIA, gfx906); where this "
+                    "GPU does run bf16 (`rocm-doctor check`: BF16000) the refusal is a library's own check (older "
+                    "transformers/accelerate read torch.version.cuda, None on ROCm): upgrade it instead.")
     elif top.category == "killed_by_signal":
         details.setdefault("signal", log.launcher.get("signal"))
         details.setdefault("exit_code", log.launcher.get("exit_code"))

@@ -546,3 +546,16 @@ def test_anchors_cover_every_way_a_pattern_matches():
     assert classify_text("CUDA SETUP: WARNING! libcuda.so not found! Do you have a CUDA driver installed?\n"
                          "CUDA SETUP: Loading binary /x/site-packages/bitsandbytes/libbitsandbytes_cpu.so...\n"
                          ).category == "bitsandbytes_unavailable"
+
+
+@pytest.mark.parametrize(("log", "playbook"), [
+    ("ValueError: Your setup doesn't support bf16/gpu. You need torch>=1.10, using Ampere GPU with cuda>=11.0",
+     "bf16-to-fp16"),
+    ("ValueError: bf16 mixed precision requires PyTorch >= 1.10 and a supported device.", "bf16-to-fp16"),
+    ("ptxas /tmp/x.ptx, line 1006; error   : Feature '.bf16' requires .target sm_80 or higher", "bf16-to-fp16"),
+    ("ValueError: At most one of fp16 and bf16 can be True, but not both", "fix-precision"),
+])
+def test_bf16_refusals_train_in_fp16(log, playbook):
+    """A refusal of bf16 itself answers with fp16; the two flags together with dropping fp16."""
+    c = classify_text(log)
+    assert c.category == "bf16_unsupported" and c.playbook == playbook and c.auto_fix, c

@@ -39,10 +39,10 @@ EXCL = {"ROCR_VISIBLE_DEVICES": "0,1,3"}
 
 
 def decide(category: str, *, history=None, applied=(), checkpoints=None, diverged_at=None, resumed=False,
-           log: str = "", config=None, faulty=(), exclude_env=None, allowed=frozenset(), suspect=""):
+           log: str = "", config=None, faulty=(), exclude_env=None, allowed=frozenset(), suspect="", bf16_ok=False):
     failure = Failure(category=category, summary="s", classification=classify_text(log) if log else None,
                       diverged_at=diverged_at, resumed=resumed, faulty=tuple(faulty), exclude_env=exclude_env,
-                      allowed=frozenset(allowed), suspect=suspect)
+                      allowed=frozenset(allowed), suspect=suspect, bf16_ok=bf16_ok)
     return next_attempt(failure, config if config is not None else cfg(),
                         history=list(history if history is not None else [category]), applied=list(applied),
                         playbooks=pbs.for_category(category), checkpoints=checkpoints)
@@ -75,6 +75,17 @@ CASES = [
                                                        "checkpoints": ck(3)}, Retry, ["exclude-gpu", "keep-progress"], 3),
     ("killed-after-a-hang-still-retries", "killed_by_signal", {"history": ["hang", "killed_by_signal"]}, Retry,
      [], None),
+    # a GPU without bf16 (a V100, a T4) refuses it: fp16 is the run that can go ahead
+    ("bf16-refused-trains-in-fp16", "bf16_unsupported", {"config": cfg(CFG + "bf16: true\n")}, Retry,
+     ["bf16-to-fp16"], None),
+    # both flags set: drop fp16, keep bf16
+    ("both-precisions-drop-fp16", "bf16_unsupported", {"config": cfg(CFG + "bf16: true\nfp16: true\n")}, Retry,
+     ["fix-precision"], None),
+    # the preflight ran bf16 on this GPU: a library's check refused it, fp16 would hide that
+    ("bf16-refused-on-a-bf16-gpu-stops", "bf16_unsupported", {"config": cfg(CFG + "bf16: true\n"), "bf16_ok": True},
+     Stop, None, None),
+    ("bf16-refused-on-a-bf16-gpu-allowed", "bf16_unsupported",
+     {"config": cfg(CFG + "bf16: true\n"), "bf16_ok": True, "allowed": {"bf16-to-fp16"}}, Retry, ["bf16-to-fp16"], None),
 ]
 
 
@@ -135,3 +146,8 @@ def test_hang_and_gpu_fault_reasons_name_what_to_do():
     d = decide("gpu_hw_fault", faulty=BAD, exclude_env=EXCL, allowed={"exclude-gpu"})
     assert isinstance(d, Retry) and d.env == EXCL
     assert dump_config(d.config) == dump_config(cfg())  # the move is the environment; the YAML is unchanged
+
+
+def test_bf16_refused_on_a_bf16_gpu_says_upgrade():
+    d = decide("bf16_unsupported", config=cfg(CFG + "bf16: true\n"), bf16_ok=True)
+    assert isinstance(d, Stop) and "BF16000" in d.reason and "--apply bf16-to-fp16" in d.reason

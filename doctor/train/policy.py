@@ -57,6 +57,7 @@ class Failure:
     exclude_env: dict[str, str] | None = None  # visible-device variables without them (None: no spare GPU)
     allowed: frozenset[str] = frozenset()      # ask-first playbooks the user allowed (``--apply``)
     suspect: str = ""                          # a hang's suspect: collective | dataloader | unknown
+    bf16_ok: bool = False                      # the preflight ran bf16 GEMMs on this GPU (BF16000)
 
 
 @dataclass(frozen=True)
@@ -117,8 +118,13 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
         return Stop(f"{cat}: {failure.summary} (a retry cannot fix this)")
     else:
         chosen = None
+        held = None
         for pb in playbooks:
             if not pb.auto or (pb.id in applied and not pb.repeatable):
+                continue
+            if pb.id == "bf16-to-fp16" and cat == "bf16_unsupported" and failure.bf16_ok \
+                    and pb.id not in failure.allowed:
+                held = pb.id  # the GPU runs bf16: a library's check refused it, fp16 would only hide that
                 continue
             trial = clone(new)
             out = apply(pb, trial, PatchInput(classification=failure.classification, model_config=model_config,
@@ -128,6 +134,10 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
             if out.changed:
                 chosen, new = (pb, out), trial
                 break
+        if chosen is None and held:
+            return Stop("bf16_unsupported, but the preflight ran bf16 on this GPU (BF16000): the refusal is a "
+                        "library's own check (older transformers, accelerate and torchtune read torch.version.cuda, "
+                        "None on ROCm); upgrade it, or rerun with `--apply bf16-to-fp16` to train in fp16")
         if chosen is None:
             return Stop(f"{cat}: no playbook applies" + (f" ({failure.summary})" if failure.summary else ""))
         pb, out = chosen

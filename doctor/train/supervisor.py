@@ -184,7 +184,8 @@ class Supervisor:
                                  diverged_at=att.steps.get("diverged_at") if att.early_stop and not att.hang else None,
                                  resumed=att.resumed_from is not None, faulty=tuple(fault.get("gpus") or ()),
                                  exclude_env=fault.get("exclude_env"), allowed=frozenset(self.allow),
-                                 suspect=(att.hang or {}).get("suspect", ""))
+                                 suspect=(att.hang or {}).get("suspect", ""),
+                                 bf16_ok="BF16000:ok" in (self.preflight_info.get("findings") or []))
         decision = policy.next_attempt(
             failure, cm, history=[a.category for a in self.attempts if a.category],
             applied=self.applied, playbooks=pbs.for_category(cat, self.env),
