@@ -41,6 +41,7 @@ LIBRARY = CATALOG_DIR / "signatures-library.json"
 
 # weight of a candidate by where it was found (the root exception outranks everything else)
 W_ROOT, W_CHAIN, W_OTHER, W_LINE, W_FATAL, W_LOSS, W_QUOTED, W_TEXT = 1.0, 0.92, 0.8, 0.78, 0.9, 0.85, 0.72, 0.74
+W_CUT = 0.9  # a frame-judged traceback whose exception line the paste lost
 
 
 # ------------------------------------------------------------------ the catalog
@@ -524,7 +525,8 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
             judged |= set(range(e.line_no, e.line_no + 1 + e.message.count("\n")))
         if not hits:
             for e, w in [(root, W_ROOT)] + [(e, W_CHAIN) for e in rest]:
-                fh = _frame_hit(cat, e, w)
+                # a traceback cut before its exception line tells where, not what: other evidence may outrank it
+                fh = _frame_hit(cat, e, w if e.type else w * W_CUT)
                 if fh is not None:
                     hits.append(fh)
                     break
@@ -547,6 +549,14 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
             if warned and not sig.warning:
                 continue  # a warning is context, not the cause, unless the signature says it foretells one
             hits.append(h)
+    # a progress bar is no cause, but the loss it shows is evidence (tqdm postfixes: `loss: nan`, `loss=nan`)
+    from doctor.logparse import PROGRESS_BAR
+
+    for i, ln in enumerate(log.lines):
+        if PROGRESS_BAR.search(ln) and "nan" in ln.lower():
+            hits += [h for h in _hits_for(cat, log, ln, None, i, W_LINE, ("line",))
+                     if h.category == "nan_or_divergent_loss"][:1]
+            break
     hits += _loss_hits(log)
     if root is None:  # a paste cut before the exception: the quoted `raise X("...")` it was heading for
         for q in log.quoted[:40]:
@@ -557,6 +567,9 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
 ERRORISH = re.compile(r"error|exception|traceback|\bfail|fatal|killed|abort|segmentation|core dumped|denied|"
                       r"cannot|can't|unable to|invalid|timed? ?out|no such file|not found|"
                       r"closing signal|SIG(?:HUP|TERM|INT)\b", re.I)  # torch elastic tearing the job down: no silent stop
+# a logger's warning record, with or without a timestamp before it (torch elastic's W-records excluded: their
+# "closing signal" lines are a job being torn down)
+WARNING_RECORD = re.compile(r"^\s*\[?(?:WARNING|WARN)\b|\[WARNING\]|\| WARNING \||^\s*\S*WARNING\S*:\S")
 SUCCESS = re.compile(r"train_runtime|Training completed|\*{5} train metrics|Saving model checkpoint to|"
                      r"Training finished|Finished training", re.I)
 
@@ -570,10 +583,13 @@ INFO_RECORD = re.compile(r"^\s*(?:\S+\s+)?(?:\[INFO[|:\]]|INFO[: ]\s?\S|\[I [^\]
 def _stalled(log: ParsedLog) -> _Hit | None:
     """A log that shows a run at work and then simply stops, with no error anywhere and no sign of the run
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
-    body = [ln for ln in log.lines if ln.strip()]
-    if not body or any(ERRORISH.search(ln) for ln in body) or any(SUCCESS.search(ln) for ln in body):
-        return None
     from doctor.logparse import LOG_RECORD, PROGRESS_BAR
+
+    body = [ln for ln in log.lines if ln.strip()]
+    # a warning record is no error ("[WARNING] Unable to find hostfile, will proceed ...")
+    if not body or any(ERRORISH.search(ln) and not WARNING_RECORD.search(ln) for ln in body) \
+            or any(SUCCESS.search(ln) for ln in body):
+        return None
 
     last = body[-1]
 
@@ -685,11 +701,42 @@ TRAINING_KEYS = {"per_device_train_batch_size", "learning_rate", "num_train_epoc
                  "finetuning_type", "dataset", "cutoff_len", "bf16", "fp16", "lora_target", "template"}
 
 
+@lru_cache(maxsize=1)
+def transformers_tokenizer_classes() -> frozenset[str]:
+    """The tokenizer classes a recent transformers ships (doctor/data, scripts/list_tokenizer_classes.py)."""
+    path = Path(__file__).with_name("data") / "transformers-tokenizer-classes.txt"
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return frozenset()
+    return frozenset(ln.strip() for ln in lines if ln.strip() and not ln.startswith("#"))
+
+
+def _tokenizer_class_too_new(log: ParsedLog, top: _Hit) -> str | None:
+    """The class of `Tokenizer class X does not exist or is not currently imported` when transformers itself
+    ships it (so the failing environment's transformers predates it), else None (the model's remote code)."""
+    if top.signature != "cant-load-tokenizer":
+        return None
+    m = re.search(r"Tokenizer class (\w+) does not exist", "\n".join(log.lines[top.line:top.line + 2]))
+    if not m:
+        return None
+    name = m.group(1)
+    known = transformers_tokenizer_classes()
+    return name if name in known or name.removesuffix("Fast") in known else None
+
+
 def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Classification:
+    too_new = _tokenizer_class_too_new(log, top)
+    if too_new:
+        top = _Hit("dependency_version", top.score, top.line, top.signature, {**top.details, "class": too_new})
     c = cat.categories[top.category]
     details = dict(top.details)
     summary, pb, auto = c.summary, c.playbook, c.auto
     window = log.window(top.line, 3, 4)
+    if too_new:
+        summary = (f"This transformers does not know the tokenizer class {too_new}, which newer transformers releases "
+                   "ship: the model is newer than the installed transformers. Upgrade transformers (the model's "
+                   "config.json names the release it was saved with, `transformers_version`).")
     if top.category == "unknown_config_key":
         m = re.search(r"HfArgumentParser: \[(.*)\]", window)
         keys = re.findall(r"'([^']+)'", m.group(1)) if m else []

@@ -413,6 +413,23 @@ LIBRARY_MESSAGES = [
      "(2168105472 bytes) from device: HIP_ERROR_OutOfMemory", "oom"),
     ("CMake Error at gloo_hip_generated_nccl.hip.o.cmake:146 (message):\n  Error generating\n",
      "extension_build_failed"),
+    # a class transformers ships: this transformers predates the model; one it does not: the model's remote code
+    ("ValueError: Tokenizer class Qwen2Tokenizer does not exist or is not currently imported.", "dependency_version"),
+    ("ValueError: Tokenizer class Qwen2TokenizerFast does not exist or is not currently imported.",
+     "dependency_version"),
+    ("ValueError: Tokenizer class QWenTokenizer does not exist or is not currently imported.", "template_or_tokenizer"),
+    ("Training Epoch: 2/15, step 486/487 completed (loss: nan, acc: 0.0): 100%|█████| 487/487 [05:44<00:00,  1.41it/s]",
+     "nan_or_divergent_loss"),
+    ("ncclUnhandledCudaError: Call to CUDA function failed.\nLast error:\nCuda failure 'invalid argument'",
+     "rccl_p2p_or_iommu"),
+    (":1:rocdevice.cpp            :478 : 0079107773 us: [pid:37    tid:0x79adf78bf340] hsa_init failed with 1008",
+     "gpu_not_detected"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/workspace/mistral-finetune/mixtral/params.json'",
+     "model_path_or_hub"),
+    ("[2023-07-13 14:51:33,751] [WARNING] [runner.py:191:fetch_hostfile] Unable to find hostfile, will proceed with "
+     "training with local resources only.\n[2023-07-13 14:51:33,954] [INFO] [runner.py:541:main] cmd = python -u -m "
+     "deepspeed.launcher.launch main.py\n[2023-07-13 14:51:35,266] [INFO] [launch.py:222:main] 0 NCCL_IBEXT_DISABLE=1",
+     "hang"),
 ]
 
 
