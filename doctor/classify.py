@@ -814,6 +814,10 @@ STRUCTURAL = [
      "torch elastic stops the other ranks right after a rank was at work (a bar, a step) and no Python error is "
      "anywhere in the log: the dead rank was killed (the host OOM killer while every rank loads the model) or "
      "crashed natively"),
+    ("cant-load-tokenizer, a class transformers ships", "dependency_version", 0.82,
+     "`Tokenizer class X does not exist or is not currently imported` where a recent transformers exports X "
+     "(doctor/data/transformers-tokenizer-classes.txt): the installed transformers predates the model; a class it "
+     "does not ship stays template_or_tokenizer (the model's remote code)"),
     ("log-ends-without-error", "hang", 0.45,
      "no error, no sign of the run finishing, and the last line is the run at work (a progress bar, a step, a "
      "loss record; an INFO record after a bar or a few lines of log)"),
@@ -863,7 +867,9 @@ def markdown_page() -> str:
             out += [f"Plus {lib[name]} messages harvested from the libraries' sources "
                     "(`playbooks/signatures-library.json`).", ""]
     shape = "".join(f"\n| `{sid}` | `{c}` | {conf:.2f} | {_cell(doc)} |" for sid, c, conf, doc in STRUCTURAL)
-    out += ["## Read from the log's shape", "", "Where no message decides, the log's structure can:", "",
+    out += ["## Read from the log's shape and context", "",
+            "Where no message decides, the log's structure can; where a message is ambiguous, what it names decides:",
+            "",
             "| signature | category | confidence | when |", "|---|---|---|---|" + shape, ""]
     frames = "".join(f"\n| `{_cell(rx.pattern)}` | `{c}` | {conf:.2f} |" for rx, c, conf in cat.frames)
     out += ["## Where no message matches", "", "The innermost frame that a rule knows decides:", "",
