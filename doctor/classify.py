@@ -553,10 +553,11 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
     from doctor.logparse import PROGRESS_BAR
 
     for i, ln in enumerate(log.lines):
-        if PROGRESS_BAR.search(ln) and "nan" in ln.lower():
-            hits += [h for h in _hits_for(cat, log, ln, None, i, W_LINE, ("line",))
-                     if h.category == "nan_or_divergent_loss"][:1]
-            break
+        if "nan" in ln.lower() and PROGRESS_BAR.search(ln):
+            nan = [h for h in _hits_for(cat, log, ln, None, i, W_LINE, ("line",)) if h.category == "nan_or_divergent_loss"]
+            if nan:
+                hits.append(nan[0])
+                break
     hits += _loss_hits(log)
     if root is None:  # a paste cut before the exception: the quoted `raise X("...")` it was heading for
         for q in log.quoted[:40]:
