@@ -93,6 +93,7 @@ class Catalog:
         # an index from a required word to the signatures that need it: a text is matched only against the
         # signatures one of its words can satisfy (the catalog has hundreds; a log has thousands of lines)
         self.by_word: dict[str, list[Signature]] = {}
+        self.by_prefix: dict[str, list[Signature]] = {}
         self.unanchored: list[Signature] = []
         self._order = {id(s): i for i, s in enumerate(self.signatures)}  # catalog order, built once
         for sig in self.signatures:
@@ -100,7 +101,10 @@ class Catalog:
                 self.unanchored.append(sig)
             else:
                 for w in sig.anchors:
-                    self.by_word.setdefault(w, []).append(sig)
+                    if w.endswith("*"):  # a prefix: the text's word starts with it
+                        self.by_prefix.setdefault(w[:-1], []).append(sig)
+                    else:
+                        self.by_word.setdefault(w, []).append(sig)
 
     def signature(self, sig_id: str) -> Signature:
         return self.ids()[sig_id]
@@ -113,9 +117,14 @@ class Catalog:
     def candidates(self, text: str) -> list[Signature]:
         """The signatures that could match ``text`` (the rest certainly cannot), in catalog order."""
         found: dict[int, Signature] = {id(s): s for s in self.unanchored}
+        prefixes = self.by_prefix
         for w in set(_WORD.findall(text.lower())):
             for sig in self.by_word.get(w, ()):
                 found[id(sig)] = sig
+            if prefixes:
+                for k in range(4, len(w) + 1):
+                    for sig in prefixes.get(w[:k], ()):
+                        found[id(sig)] = sig
         order = self._order
         return sorted(found.values(), key=lambda s: order[id(s)])
 
@@ -127,48 +136,87 @@ class _TooMany(Exception):
     """More ways to match than :func:`_options` follows: the pattern gets no anchors (always tried)."""
 
 
+OPEN, EDGE = "\x01", "\x00"  # unknown text may touch the run here / a word boundary is certain here
+_RUN_WORD = re.compile("[a-z0-9_\x01]+")
+
+
 def _options(seq: Any, limit: int = 64) -> list[list[str]]:
-    """The ways a parsed regex can match, each as the literal runs it needs (``re._parser`` AST). Every way
-    is kept or none (:class:`_TooMany`): a way left out would let a text that matches it skip the pattern."""
+    """The ways a parsed regex can match, each as the literal runs it needs (``re._parser`` AST). Literal text
+    on both sides of a group is one run (``flash_attn(?:_2)?_cuda`` needs ``flash_attn_cuda`` or
+    ``flash_attn_2_cuda``); where unknown text may touch a run (a class, ``.*``, the pattern's own ends) the run
+    is marked OPEN there, where a word boundary is certain (``^``, ``\\b``, ``\\s``) EDGE. Every way is kept or
+    none (:class:`_TooMany`): a way left out would let a text that matches it skip the pattern."""
     from re import _constants as c
 
     opts: list[list[str]] = [[""]]
 
-    def close() -> None:
+    def add(ch: str) -> None:
         for o in opts:
-            if o[-1]:
-                o.append("")
+            o[-1] += ch
+
+    def open_gap() -> None:
+        for o in opts:
+            if not o[-1].endswith(OPEN):
+                o[-1] += OPEN
+                o.append(OPEN)
+
+    def join(ways: list[list[list[str]]]) -> None:
+        nonlocal opts
+        inner = [w for ws in ways for w in ws]
+        if len(opts) * len(inner) > limit:
+            raise _TooMany
+        opts = [a[:-1] + [a[-1] + b[0]] + b[1:] for a in opts for b in inner]
+
+    def word_free(op: Any, av: Any) -> bool:
+        """A single character that is never a word character ([a-z0-9_])."""
+        if op is c.LITERAL:
+            return not re.match(r"[a-z0-9_]", chr(av).lower())
+        if op is c.CATEGORY:
+            return av in (c.CATEGORY_SPACE, c.CATEGORY_NOT_WORD)
+        if op is c.IN:
+            return all(word_free(o, a) for o, a in av)
+        return False
 
     for op, av in seq:
         if op is c.LITERAL:
-            for o in opts:
-                o[-1] += chr(av).lower()
-        elif op is c.SUBPATTERN or op in (c.MAX_REPEAT, c.MIN_REPEAT) or op is c.BRANCH:
-            if op is c.SUBPATTERN:
-                subs = [av[-1]]
-            elif op is c.BRANCH:
-                subs = av[1]
+            add(chr(av).lower() if not word_free(op, av) else EDGE)
+        elif op is c.AT:
+            if av in (c.AT_BOUNDARY, c.AT_BEGINNING, c.AT_BEGINNING_LINE, c.AT_BEGINNING_STRING, c.AT_END,
+                      c.AT_END_LINE, c.AT_END_STRING):
+                add(EDGE)
             else:
-                if av[0] == 0:  # optional: requires nothing
-                    close()
-                    continue
-                subs = [av[2]]
-            close()
-            inner = [o for sub in subs for o in _options(sub, limit)]
-            if op not in (c.SUBPATTERN, c.BRANCH) and inner:  # a repeat: its runs stand alone
-                inner = [o + [""] for o in inner]
-            if len(opts) * len(inner) > limit:
-                raise _TooMany
-            opts = [a + b for a in opts for b in inner] or opts
-            close()
-        else:
-            close()
+                open_gap()
+        elif op in (c.IN, c.CATEGORY) and word_free(op, av):
+            add(EDGE)
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and len(av[2]) == 1 and word_free(*av[2][0]):
+            # `\\s*`, ` ?`, `[-_ ]+`: a separator, absent (the two sides touch) or a certain boundary
+            join([[[""]], [[EDGE]]] if av[0] == 0 else [[[EDGE]]])
+        elif op is c.SUBPATTERN:
+            join([_inner(av[-1], limit)])
+        elif op is c.BRANCH:
+            join([_inner(alt, limit) for alt in av[1]])
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 0 and av[1] == 1:  # optional: with or without
+            join([[[""]], _inner(av[2], limit)])
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 1 and av[1] == 1:
+            join([_inner(av[2], limit)])
+        elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:  # at least once: needed, but may repeat
+            open_gap()
+            join([_inner(av[2], limit)])
+            open_gap()
+        else:  # a class, any character, a `*` repeat, a back reference, a lookaround
+            open_gap()
     return opts
 
 
+def _inner(seq: Any, limit: int) -> list[list[str]]:
+    """A group's ways, without the OPEN marks the pattern's own ends get (its neighbours are known)."""
+    return _options(seq, limit)
+
+
 def anchors(pattern: str) -> set[str] | None:
-    """A set of lowercase words such that any text the pattern matches contains at least one of them
-    (one word per way the pattern can match); None when some way needs no word of 4+ characters."""
+    """A set of lowercase words such that any text the pattern matches contains at least one of them as a
+    whole word (one word per way the pattern can match; the text is split into the same words); None when
+    some way needs no word of 4+ characters whose both ends the pattern pins down."""
     import re._parser as sre_parse
 
     try:
@@ -181,10 +229,18 @@ def anchors(pattern: str) -> set[str] | None:
     except _TooMany:
         return None
     for o in ways:
-        words = [w for run in o for w in _WORD.findall(run)]
-        if not words:
+        runs = [OPEN + o[0]] + o[1:]  # the pattern's ends: a search may start or stop inside a word
+        runs[-1] += OPEN
+        found = [w for run in runs for w in _RUN_WORD.findall(run)]
+        words = [w for w in found if OPEN not in w and len(w) >= 4]
+        # a word whose end text may continue ("... out of memory" also matches "memory_pool"): a prefix anchor
+        starts = [w[:-1] for w in found if w.endswith(OPEN) and OPEN not in w[:-1] and len(w) >= 5]
+        if words:
+            out.add(max(words, key=len))
+        elif starts:
+            out.add(max(starts, key=len) + "*")
+        else:
             return None
-        out.add(max(words, key=len))
     return out
 
 

@@ -2,6 +2,7 @@
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -576,3 +577,30 @@ def test_bf16_refusals_train_in_fp16(log, playbook):
     """A refusal of bf16 itself answers with fp16; the two flags together with dropping fp16."""
     c = classify_text(log)
     assert c.category == "bf16_unsupported" and c.playbook == playbook and c.auto_fix, c
+
+
+def test_anchors_never_hide_a_match_in_the_corpus():
+    """Every signature whose pattern matches a corpus line is among the candidates the word index gives for that
+    line (an anchor word that is only part of the text's word, `flash_attn` of `flash_attn_cuda.so`, once hid
+    flash-attention's ABI signature behind a generic one)."""
+    from doctor.classify import catalog
+
+    cat = catalog()
+    corpus = Path(__file__).parent / "data" / "failure-corpus.jsonl"
+    lines = {ln for row in corpus.read_text(encoding="utf-8").splitlines() if row.strip()
+             for ln in json.loads(row)["log"].splitlines() if ln.strip()}
+    text = "\n".join(sorted(lines))
+    hidden = []
+    for sig in cat.signatures:
+        if sig.anchors is None:
+            continue
+        for m in sig.pattern.finditer(text):
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.end())
+            line = text[start:end if end >= 0 else len(text)]
+            if "\n" in m.group(0) or sig.pattern.search(line) is None:
+                continue  # a match across lines: the classifier never sees such a text
+            if sig not in cat.candidates(line):
+                hidden.append((sig.id, line[:120]))
+            break
+    assert not hidden, hidden[:10]
