@@ -431,6 +431,20 @@ LIBRARY_MESSAGES = [
      "training with local resources only.\n[2023-07-13 14:51:33,954] [INFO] [runner.py:541:main] cmd = python -u -m "
      "deepspeed.launcher.launch main.py\n[2023-07-13 14:51:35,266] [INFO] [launch.py:222:main] 0 NCCL_IBEXT_DISABLE=1",
      "hang"),
+    ("[rank0]: AssertionError: no_sync context manager is incompatible with gradient partitioning logic of ZeRO stage 3",
+     "dependency_version"),
+    ("[8d6bf97c3bf4:3039 :0:3095] Caught signal 7 (Bus error: nonexistent physical address)\n"
+     "==== backtrace (tid:   3095) ====\n 2 0x000000000007587d ncclGroupEnd()  ???:0", "shm_exhausted"),
+    ("ImportError: /root/anaconda3/lib/libstdc++.so.6: version `GLIBCXX_3.4.29' not found (required by "
+     "/root/.cache/torch_extensions/py39_cu117/cpu_adam/cpu_adam.so)", "extension_build_failed"),
+    ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+     "    PyTorch 2.0.1+cu118 with CUDA 1108 (you have 2.0.1)", "dependency_version"),
+    ("torch.version.hip: None\nCUDA available: False", "gpu_not_detected"),
+    ("major, minor = map(int, torch.version.cuda.split(\".\"))\nAttributeError: 'NoneType' object has no attribute "
+     "'split'", "unknown"),
+    ("  File \"/x/site-packages/bitsandbytes/cuda_setup/main.py\", line 1, in get_cuda_version\n"
+     "    major, minor = map(int, torch.version.cuda.split(\".\"))\nAttributeError: 'NoneType' object has no attribute "
+     "'split'", "bitsandbytes_unavailable"),
 ]
 
 
