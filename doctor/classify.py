@@ -70,7 +70,7 @@ class Signature:
     curated: bool = True
     warning: bool = False              # may match a warning line (a library warns just before it fails)
     playbook: str | None = None        # this signature's remedy, where it differs from its category's
-    anchors: list[str] | None = None   # words one of which any match contains (None: no such word)
+    anchors: list[str] | None = None   # words one of which any match holds ("~w": holds w inside a word; None: none)
     _rx: re.Pattern[str] | None = None
 
     @property
@@ -93,7 +93,7 @@ class Catalog:
         # an index from a required word to the signatures that need it: a text is matched only against the
         # signatures one of its words can satisfy (the catalog has hundreds; a log has thousands of lines)
         self.by_word: dict[str, list[Signature]] = {}
-        self.by_prefix: dict[str, list[Signature]] = {}
+        self.by_part: dict[str, list[Signature]] = {}
         self.unanchored: list[Signature] = []
         self._order = {id(s): i for i, s in enumerate(self.signatures)}  # catalog order, built once
         for sig in self.signatures:
@@ -101,8 +101,8 @@ class Catalog:
                 self.unanchored.append(sig)
             else:
                 for w in sig.anchors:
-                    if w.endswith("*"):  # a prefix: the text's word starts with it
-                        self.by_prefix.setdefault(w[:-1], []).append(sig)
+                    if w.startswith("~"):  # contained in the text, maybe inside a longer word
+                        self.by_part.setdefault(w[1:], []).append(sig)
                     else:
                         self.by_word.setdefault(w, []).append(sig)
 
@@ -117,14 +117,14 @@ class Catalog:
     def candidates(self, text: str) -> list[Signature]:
         """The signatures that could match ``text`` (the rest certainly cannot), in catalog order."""
         found: dict[int, Signature] = {id(s): s for s in self.unanchored}
-        prefixes = self.by_prefix
-        for w in set(_WORD.findall(text.lower())):
+        low = text.lower()
+        for w in set(_WORD.findall(low)):
             for sig in self.by_word.get(w, ()):
                 found[id(sig)] = sig
-            if prefixes:
-                for k in range(4, len(w) + 1):
-                    for sig in prefixes.get(w[:k], ()):
-                        found[id(sig)] = sig
+        for part, sigs in self.by_part.items():
+            if part in low:
+                for sig in sigs:
+                    found[id(sig)] = sig
         order = self._order
         return sorted(found.values(), key=lambda s: order[id(s)])
 
@@ -233,12 +233,13 @@ def anchors(pattern: str) -> set[str] | None:
         runs[-1] += OPEN
         found = [w for run in runs for w in _RUN_WORD.findall(run)]
         words = [w for w in found if OPEN not in w and len(w) >= 4]
-        # a word whose end text may continue ("... out of memory" also matches "memory_pool"): a prefix anchor
-        starts = [w[:-1] for w in found if w.endswith(OPEN) and OPEN not in w[:-1] and len(w) >= 5]
+        # a word the text may extend ("... out of memory" also matches "memory_pool", `hipErrorOutOfMemory` a
+        # longer name): contained in the text, not necessarily one of its words (a substring anchor, "~word")
+        parts = [w.replace(OPEN, "") for w in found if OPEN in w and len(w.replace(OPEN, "")) >= 5]
         if words:
             out.add(max(words, key=len))
-        elif starts:
-            out.add(max(starts, key=len) + "*")
+        elif parts:
+            out.add("~" + max(parts, key=len))
         else:
             return None
     return out

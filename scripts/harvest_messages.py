@@ -10,7 +10,9 @@ message with its module, one JSON object per line::
     python scripts/harvest_messages.py --root /tmp/src-unsloth/unsloth --package unsloth      # not installed here:
     python scripts/harvest_messages.py --root /tmp/src-axolotl/src/axolotl --package axolotl  # from their sources
 
-scripts/labels/ holds the labelled harvests (unsloth at 015bdef0, axolotl at 067b021c from their GitHub trees).
+scripts/labels/ holds the labelled harvests (unsloth at 015bdef0, axolotl at 067b021c from their GitHub trees;
+hfhub-swift-liger-flashattn.jsonl: the ``--uncovered`` messages of huggingface_hub 1.33.0 as installed and of
+ms-swift 3602360a5, Liger-Kernel ead96b61, flash-attention 0251105a from their trees).
 
 f-strings keep their literal parts with ``{...}`` where the value goes, so a message reads as a user sees
 it ("Template {} does not exist."). ``--uncovered`` runs each message through the classifier's own

@@ -445,6 +445,11 @@ LIBRARY_MESSAGES = [
     ("  File \"/x/site-packages/bitsandbytes/cuda_setup/main.py\", line 1, in get_cuda_version\n"
      "    major, minor = map(int, torch.version.cuda.split(\".\"))\nAttributeError: 'NoneType' object has no attribute "
      "'split'", "bitsandbytes_unavailable"),
+    # CONFIG_MAPPING[model_type]: a model type this transformers does not know
+    ("Traceback (most recent call last):\n  File \"/x/site-packages/transformers/models/auto/configuration_auto.py\", "
+     "line 1022, in from_pretrained\n    config_class = CONFIG_MAPPING[config_dict[\"model_type\"]]\n"
+     "  File \"/x/site-packages/transformers/models/auto/configuration_auto.py\", line 723, in __getitem__\n"
+     "    raise KeyError(key)\nKeyError: 'qwen2'", "dependency_version"),
 ]
 
 
