@@ -450,6 +450,9 @@ LIBRARY_MESSAGES = [
      "line 1022, in from_pretrained\n    config_class = CONFIG_MAPPING[config_dict[\"model_type\"]]\n"
      "  File \"/x/site-packages/transformers/models/auto/configuration_auto.py\", line 723, in __getitem__\n"
      "    raise KeyError(key)\nKeyError: 'qwen2'", "dependency_version"),
+    # the kernel's OOM killer (mm/oom_kill.c): host RAM, not the GPU's
+    ("[ 9001.123456] Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:90123456kB",
+     "killed_by_signal"),
 ]
 
 

@@ -151,3 +151,14 @@ def test_hang_and_gpu_fault_reasons_name_what_to_do():
 def test_bf16_refused_on_a_bf16_gpu_says_upgrade():
     d = decide("bf16_unsupported", config=cfg(CFG + "bf16: true\n"), bf16_ok=True)
     assert isinstance(d, Stop) and "BF16000" in d.reason and "--apply bf16-to-fp16" in d.reason
+
+
+def test_a_kill_by_the_oom_killer_stops_at_once():
+    failure = Failure(category="killed_by_signal", summary="s",
+                      host_oom="the OOM killer killed 1 process(es) of this job's cgroup (oom_kill 0 -> 1)")
+    d = next_attempt(failure, cfg(), history=["killed_by_signal"], applied=[],
+                     playbooks=pbs.for_category("killed_by_signal"), checkpoints=ck(2))
+    assert isinstance(d, Stop) and "host RAM ran out" in d.reason and "oom_kill 0 -> 1" in d.reason
+
+    logged = decide("killed_by_signal", log="[ 9001.1] Out of memory: Killed process 4242 (python) total-vm:9876kB\n")
+    assert isinstance(logged, Stop) and "OOM-killer line" in logged.reason

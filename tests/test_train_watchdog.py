@@ -176,3 +176,87 @@ def test_train_bad_input(tmp_path):
     for args in (["--stall-timeout", "-1"], ["--apply", "no-such-playbook"]):
         r = run_cli("train", str(cfg), "--run-dir", str(tmp_path / "r"), *args)
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+
+
+# The kernel's own records of an OOM kill: mm/oom_kill.c prints "Out of memory: Killed process <pid> (<comm>)
+# total-vm:...kB, anon-rss:...kB, ..." (Linux >= 5.0; "Memory cgroup out of memory: ..." for a cgroup's limit), and
+# a cgroup v2 memory.events file counts "oom_kill" (Documentation/admin-guide/cgroup-v2.rst).
+OOM_DMESG = ("[ 9001.123456] Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:90123456kB, "
+             "file-rss:0kB, shmem-rss:0kB, UID:1000 pgtables:180000kB oom_score_adj:0")
+EVENTS = "low 0\nhigh 0\nmax 12\noom {n}\noom_kill {n}\noom_group_kill 0\n"
+
+OOM_KILL = """
+    import signal
+    record(1)
+    if os.environ.get("OOM_VIA") == "cgroup":
+        ev = pathlib.Path(os.environ["ROCM_DOCTOR_SYSROOT"]) / "sys/fs/cgroup/user.slice/job-7/memory.events"
+        ev.write_text(ev.read_text().replace("oom_kill 0", "oom_kill 1"))
+    else:
+        tree = pathlib.Path(os.environ["ROCM_DOCTOR_SYSROOT"])
+        tools = json.loads((tree / "tools.json").read_text())
+        tools["dmesg"]["stdout"] += os.environ["OOM_LINE"] + "\\n"
+        (tree / "tools.json").write_text(json.dumps(tools))
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def oom_tree(tmp: Path) -> Path:
+    tree = tree_copy("mi300x-healthy", tmp)
+    (tree / "proc" / "self" / "cgroup").write_text("0::/user.slice/job-7\n")
+    ev = tree / "sys" / "fs" / "cgroup" / "user.slice" / "job-7"
+    ev.mkdir(parents=True)
+    (ev / "memory.events").write_text(EVENTS.format(n=0))
+    return tree
+
+
+def test_oom_kill_records_parse():
+    from doctor.train import faults
+
+    assert faults.oom_kill_count(EVENTS.format(n=3)) == 3
+    assert faults.oom_kill_count("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n") == 2  # cgroup v1 oom_control
+    assert faults.oom_kill_count("low 0\nhigh 0\n") is None and faults.oom_kill_count(None) is None
+    m = faults.OOM_LINE.search(OOM_DMESG)
+    assert m and m.groups() == ("4242", "python")
+    assert faults.OOM_LINE.search("Memory cgroup out of memory: Killed process 77 (pt_main_thread) total-vm:1kB")
+    assert faults.OOM_LINE.search("Out of memory: Kill process 4242 (python) score 912 or sacrifice child")  # < 5.0
+    before = {"cgroup": "/sys/fs/cgroup/x/memory.events", "oom_kill": 0, "dmesg": []}
+    assert faults.host_oom(before, {**before, "oom_kill": 0}) == ""
+    assert "oom_kill 0 -> 1" in faults.host_oom(before, {**before, "oom_kill": 1})
+    assert "python (pid 4242)" in faults.host_oom(before, {**before, "dmesg": [OOM_DMESG]})
+    assert faults.host_oom({**before, "dmesg": [OOM_DMESG]}, {**before, "dmesg": [OOM_DMESG]}) == ""  # an old kill
+    other = OOM_DMESG.replace("(python)", "(postgres)")  # another job's process on a shared host
+    assert faults.host_oom(before, {**before, "dmesg": [other]}) == ""
+
+
+def test_a_kill_the_oom_killer_recorded_stops_instead_of_retrying(tmp_path):
+    """A SIGKILL with the cgroup's oom_kill counter rising during the attempt: host RAM ran out, and the same
+    run would be killed again, so train stops saying so (a kill with no such record is retried once)."""
+    tree = oom_tree(tmp_path)
+    r, run, _ = run_train(tmp_path, standin(tmp_path, OOM_KILL), env={"ROCM_DOCTOR_SYSROOT": str(tree),
+                                                                      "OOM_VIA": "cgroup"})
+    assert r.returncode == 1
+    att = run["attempts"]
+    assert len(att) == 1 and att[0]["category"] == "killed_by_signal" and att[0]["signal"] == "SIGKILL"
+    assert "oom_kill 0 -> 1" in att[0]["host_oom"] and "job-7" in att[0]["host_oom"]
+    assert "host RAM ran out" in run["stop_reason"] and "fewer ranks" in run["stop_reason"]
+
+
+def test_a_kill_the_kernel_log_names_stops_too(tmp_path):
+    tree = oom_tree(tmp_path)
+    r, run, _ = run_train(tmp_path, standin(tmp_path, OOM_KILL), env={"ROCM_DOCTOR_SYSROOT": str(tree),
+                                                                      "OOM_VIA": "dmesg", "OOM_LINE": OOM_DMESG})
+    assert r.returncode == 1 and len(run["attempts"]) == 1
+    assert "python (pid 4242)" in run["attempts"][0]["host_oom"] and "host RAM ran out" in run["stop_reason"]
+
+
+def test_a_kill_without_an_oom_record_is_retried_once(tmp_path):
+    tree = oom_tree(tmp_path)
+    launcher = standin(tmp_path, """
+        import signal
+        record(1)
+        os.kill(os.getpid(), signal.SIGKILL)
+        """)
+    r, run, _ = run_train(tmp_path, launcher, env={"ROCM_DOCTOR_SYSROOT": str(tree)})
+    att = run["attempts"]
+    assert len(att) == 2 and all(a["category"] == "killed_by_signal" and a["host_oom"] == "" for a in att)
+    assert "killed by a signal twice" in run["stop_reason"]

@@ -68,3 +68,70 @@ def faulty(before: dict[str, Any], after: dict[str, Any], log_lines: list[str],
 
 
 exclusion = gpuinfo.exclusion  # the same answer the health area's HLTH001 carries
+
+
+# ---------------------------------------------------------------- the kernel's OOM killer (host RAM)
+# mm/oom_kill.c: "Out of memory: Killed process 4242 (python) total-vm:..." and, for a cgroup's limit,
+# "Memory cgroup out of memory: Killed process ..."; kernels before 5.0 said "Kill process N (x) score ..."
+OOM_LINE = re.compile(r"(?:Out of memory|Memory cgroup out of memory): Kill(?:ed)? process (\d+) \(([^)]*)\)")
+
+
+# the names (comm, 15 characters at most) the processes of a training run have: python ranks (torch names its
+# threads pt_main_thread), the launchers
+TRAINER_COMM = re.compile(r"python|pt_main_thread|pt_elastic|torchrun|llamafactory|deepspeed|accelerate", re.I)
+
+
+def oom_kill_count(events: str | None) -> int | None:
+    """The ``oom_kill`` counter of a cgroup v2 ``memory.events`` (or v1 ``memory.oom_control``) file: the
+    processes of the cgroup (and its children) the OOM killer has killed so far."""
+    m = re.search(r"^oom_kill (\d+)$", events or "", re.M)
+    return int(m.group(1)) if m else None
+
+
+def _own_cgroup_events(host: Host) -> tuple[str, str | None]:
+    """(path, content) of the memory events of the cgroup this process (and so the training it starts) is in."""
+    paths = []
+    for line in (host.read("/proc/self/cgroup") or "").splitlines():
+        hid, _, rest = line.partition(":")
+        ctrl, _, path = rest.partition(":")
+        if hid == "0" and ctrl == "":  # cgroup v2: the unified hierarchy
+            paths.append(f"/sys/fs/cgroup{path.rstrip('/')}/memory.events")
+        elif "memory" in ctrl.split(","):
+            paths.append(f"/sys/fs/cgroup/memory{path.rstrip('/')}/memory.oom_control")
+    paths += ["/sys/fs/cgroup/memory.events", "/sys/fs/cgroup/memory/memory.oom_control"]
+    for p in paths:
+        text = host.read(p)
+        if oom_kill_count(text) is not None:
+            return p, text
+    return "", None
+
+
+def oom_snapshot(env: dict[str, str] | None) -> dict[str, Any]:
+    """The OOM-kill counter of our cgroup and the kernel log's OOM-kill lines, before or after an attempt."""
+    try:
+        host = Host.from_env(env)
+        path, text = _own_cgroup_events(host)
+        lines: list[str] = []
+        if host.which("dmesg"):
+            r = host.run(["dmesg"])
+            if r.ok:
+                lines = [ln for ln in r.stdout.splitlines() if OOM_LINE.search(ln)][-20:]
+    except Exception as e:  # never let the evidence take the supervisor down
+        return {"error": f"{type(e).__name__}: {e}"}
+    return {"cgroup": path, "oom_kill": oom_kill_count(text), "dmesg": lines}
+
+
+def host_oom(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """Why an attempt's processes were killed by the OOM killer (host RAM), or "" when nothing says so: the
+    cgroup's oom_kill counter rose, or the kernel log gained an OOM-kill line, during the attempt."""
+    b, a = before.get("oom_kill"), after.get("oom_kill")
+    if isinstance(a, int) and isinstance(b, int) and a > b:
+        return f"the OOM killer killed {a - b} process(es) of this job's cgroup ({after.get('cgroup')}: oom_kill {b} -> {a})"
+    seen = set(before.get("dmesg") or [])
+    # on a shared host the kernel log names other jobs' kills too: only a training process counts
+    new = [ln for ln in after.get("dmesg") or [] if ln not in seen and TRAINER_COMM.match(OOM_LINE.search(ln).group(2))]
+    if new:
+        m = OOM_LINE.search(new[-1])
+        who = f"{m.group(2)} (pid {m.group(1)})" if m else "a process"
+        return f"the kernel log says the OOM killer killed {who}: {new[-1].strip()[:200]}"
+    return ""

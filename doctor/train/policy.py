@@ -7,7 +7,8 @@ config.json) and carries out the answer. Table-driven tests cover it in millisec
 The rules:
 - a deterministic failure (dataset, model path, template, DeepSpeed JSON, ...) stops at once: a retry
   cannot fix it;
-- a kill by a signal is retried once unchanged, resuming; twice stops;
+- a kill by a signal is retried once unchanged, resuming; twice stops; a kill the OOM killer's own record
+  explains (host RAM: the cgroup's oom_kill counter, the kernel log) stops at once, saying so;
 - a hang (the watchdog stopped a run that made no progress while idle) is retried once unchanged, resuming;
   a second hang stops with the diagnosis (RCCL first when the ranks sat in a collective);
 - a GPU fault is never retried on the same GPUs: with a spare GPU the ``exclude-gpu`` playbook moves the run
@@ -58,6 +59,7 @@ class Failure:
     allowed: frozenset[str] = frozenset()      # ask-first playbooks the user allowed (``--apply``)
     suspect: str = ""                          # a hang's suspect: collective | dataloader | unknown
     bf16_ok: bool = False                      # the preflight ran bf16 GEMMs on this GPU (BF16000)
+    host_oom: str = ""                         # evidence that the kernel's OOM killer killed the run (host RAM)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,12 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
     note = ""
     resume_ok = True
     if cat == "killed_by_signal":
+        oom = failure.host_oom or ("the log carries the kernel's OOM-killer line"
+                                   if getattr(failure.classification, "signature", None) == "host-oom-killer" else "")
+        if oom:
+            return Stop(f"killed because host RAM ran out: {oom}. The same run would be killed again: "
+                        "use fewer ranks per node or fewer preprocessing_num_workers / dataloader_num_workers, load "
+                        "with ZeRO-3 (its zero.Init partitions the weights while loading) or add RAM / swap")
         if history.count("killed_by_signal") > 1:
             return Stop("killed by a signal twice; not retrying again (check dmesg for the OOM killer)")
         note = "Retrying once unchanged, resuming from the last checkpoint."

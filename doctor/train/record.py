@@ -34,6 +34,7 @@ class Attempt:
     gpu_peak_mib: dict[str, float] = field(default_factory=dict)  # per GPU, from the samples
     hang: dict[str, Any] | None = None          # the watchdog's verdict and where its evidence is
     gpu_fault: dict[str, Any] | None = None     # GPUs that faulted during the attempt, and the exclusion
+    host_oom: str = ""                          # the OOM killer's evidence when host RAM ran out
     throughput: dict[str, Any] = field(default_factory=dict)  # medians, warm-up, drops (Throughput.summary)
     log: str = ""
     losses: list[list[float]] = field(default_factory=list)

@@ -185,7 +185,8 @@ class Supervisor:
                                  resumed=att.resumed_from is not None, faulty=tuple(fault.get("gpus") or ()),
                                  exclude_env=fault.get("exclude_env"), allowed=frozenset(self.allow),
                                  suspect=(att.hang or {}).get("suspect", ""),
-                                 bf16_ok="BF16000:ok" in (self.preflight_info.get("findings") or []))
+                                 bf16_ok="BF16000:ok" in (self.preflight_info.get("findings") or []),
+                                 host_oom=att.host_oom)
         decision = policy.next_attempt(
             failure, cm, history=[a.category for a in self.attempts if a.category],
             applied=self.applied, playbooks=pbs.for_category(cat, self.env),
@@ -246,6 +247,7 @@ class Supervisor:
         watch = DivergenceWatch()
         tail = TrainerLogTail(od / "trainer_log.jsonl" if od else None)
         baseline = faults.snapshot(env)
+        oom_before = faults.oom_snapshot(env)
         t0 = time.monotonic()
         progress = Progress(t0)
         meter = self._throughput(cm, baseline, env)
@@ -267,6 +269,11 @@ class Supervisor:
         self._conclude(att, time.monotonic() - t0)
         if att.exit_code != 0 or att.hang:
             self._gpu_fault(att, baseline, env)
+        if att.exit_code != 0 and att.category == "killed_by_signal":
+            att.host_oom = faults.host_oom(oom_before, faults.oom_snapshot(env))
+            if att.host_oom:
+                att.summary = f"host RAM ran out: {att.host_oom}"
+                self.say(f"  [red]host RAM ran out[/]: {att.host_oom}")
         save_trainer_log(self.run_dir, att)
         return att
 
