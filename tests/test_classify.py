@@ -453,6 +453,15 @@ LIBRARY_MESSAGES = [
     # the kernel's OOM killer (mm/oom_kill.c): host RAM, not the GPU's
     ("[ 9001.123456] Out of memory: Killed process 4242 (python) total-vm:98765432kB, anon-rss:90123456kB",
      "killed_by_signal"),
+    ("The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR Worker exit detail: Worker "
+     "unexpectedly exits with a connection error code 2. End of file.", "killed_by_signal"),
+    (":1:hip_fatbin.cpp           :694 : 2500313198684 us:  No compatible code objects found for: gfx942:sramecc+:xnack-, "
+     "value of HIP_FORCE_SPIRV_CODEOBJECT: 0", "hip_invalid_device_function"),
+    ("WSL environment detected.\nCannot load librocdxg.so, failed:librocdxg.so: cannot open shared object file: No such "
+     "file or directory", "gpu_not_detected"),
+    ("(EngineCore_DP0 pid=5132) RuntimeError: invalid argument for fmha_v3_varlen_fwd", "flash_attn_failure"),
+    ("AssertionError: Aiter MLA only supports 16 or 128 number of heads.\nProvided 32 number of heads.",
+     "flash_attn_failure"),
 ]
 
 
