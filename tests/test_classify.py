@@ -462,6 +462,15 @@ LIBRARY_MESSAGES = [
     ("(EngineCore_DP0 pid=5132) RuntimeError: invalid argument for fmha_v3_varlen_fwd", "flash_attn_failure"),
     ("AssertionError: Aiter MLA only supports 16 or 128 number of heads.\nProvided 32 number of heads.",
      "flash_attn_failure"),
+    ("ERROR: Cannot install openrlhf and vllm==0.8.3 because these package versions have conflicting dependencies.\n"
+     "ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/",
+     "dependency_version"),
+    ("  /usr/bin/ld: cannot find /tmp/pip-install-1/build/temp.linux-x86_64-3.10/csrc/adam/fused_adam_frontend.o: No such "
+     "file or directory\n  collect2: error: ld returned 1 exit status", "extension_build_failed"),
+    ("  File \"/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/zero/stage_1_and_2.py\", line 1896, in "
+     "_update_scale\n    self.loss_scaler.update_scale(has_overflow)\n  File \"/opt/conda/lib/python3.8/site-packages/"
+     "deepspeed/runtime/fp16/loss_scaler.py\", line 183, in update_scale\n    raise Exception(\nException: ",
+     "nan_or_divergent_loss"),
 ]
 
 
