@@ -85,7 +85,7 @@ class Signature:
 class Catalog:
     categories: dict[str, Category]
     signatures: list[Signature]
-    frames: list[tuple[re.Pattern[str], str, float]]
+    frames: list[tuple[re.Pattern[str], str, float, str | None]]  # path rule, category, confidence, playbook
 
     def __post_init__(self) -> None:
         self.exception_sigs = [s for s in self.signatures if s.where == "exception"]
@@ -325,7 +325,7 @@ def load_catalog(extra: str = "") -> Catalog:
                            bool(c.get("auto", False)), bool(c.get("stop", False)))
             for name, c in data["categories"].items()}
     sigs = [_signature(d, True, str(CURATED)) for d in data["signatures"]]
-    frames = [(re.compile(f["path"], re.I | re.M), f["category"], float(f["confidence"]))
+    frames = [(re.compile(f["path"], re.I | re.M), f["category"], float(f["confidence"]), f.get("playbook"))
               for f in data.get("frames", [])]
     try:
         lib = json.loads(LIBRARY.read_text(encoding="utf-8"))["signatures"]
@@ -510,9 +510,9 @@ def _frame_hit(cat: Catalog, exc: Exc, weight: float) -> _Hit | None:
     # the innermost frame that a rule knows decides ("path/below/package.py:function", then its source line)
     for f in reversed(exc.frames[-3:]):
         where = f"{f.where}:{f.func}" + (f"\n{f.code}" if f.code else "")
-        for rx, c, conf in cat.frames:
+        for rx, c, conf, pb in cat.frames:
             if rx.search(where):
-                return _Hit(c, conf * weight, exc.line_no, f"frame:{f.where}")
+                return _Hit(c, conf * weight, exc.line_no, f"frame:{f.where}", {"playbook": pb} if pb else {})
     return None
 
 
@@ -834,6 +834,8 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
     sig = cat.signature(top.signature) if top.signature in cat.ids() else None
     if sig is not None and sig.playbook:
         pb, auto = sig.playbook, True
+    elif details.get("playbook"):  # a frame rule's own remedy (DeepSpeed's loss scaler: fp16 -> bf16)
+        pb, auto = details.pop("playbook"), True
     if top.category == "extension_build_failed" and re.search(r"flash[-_]attn|flash-attention|composable_kernel|ck_tile",
                                                                  "\n".join(log.lines), re.I):
         pb, auto = "disable-flash-attn", True
@@ -929,7 +931,8 @@ def markdown_page() -> str:
             "Where no message decides, the log's structure can; where a message is ambiguous, what it names decides:",
             "",
             "| signature | category | confidence | when |", "|---|---|---|---|" + shape, ""]
-    frames = "".join(f"\n| `{_cell(rx.pattern)}` | `{c}` | {conf:.2f} |" for rx, c, conf in cat.frames)
+    frames = "".join(f"\n| `{_cell(rx.pattern)}` | `{c}`{f' (playbook `{pb}`)' if pb else ''} | {conf:.2f} |"
+                     for rx, c, conf, pb in cat.frames)
     out += ["## Where no message matches", "", "The innermost frame that a rule knows decides:", "",
             "| frame (path:function, source line) | category | confidence |", "|---|---|---|" + frames, ""]
     return "\n".join(out)

@@ -162,3 +162,15 @@ def test_a_kill_by_the_oom_killer_stops_at_once():
 
     logged = decide("killed_by_signal", log="[ 9001.1] Out of memory: Killed process 4242 (python) total-vm:9876kB\n")
     assert isinstance(logged, Stop) and "OOM-killer line" in logged.reason
+
+
+def test_deepspeeds_loss_scaler_raising_moves_fp16_to_bf16():
+    """A traceback ending in DeepSpeed's loss scaler (its exception line cut off) is the fp16 scale collapsing: the
+    frame rule names fp16-to-bf16, which the policy applies before any other divergence remedy."""
+    log = ('  File "/opt/conda/lib/python3.8/site-packages/deepspeed/runtime/zero/stage_1_and_2.py", line 1896, in '
+           '_update_scale\n    self.loss_scaler.update_scale(has_overflow)\n  File "/opt/conda/lib/python3.8/'
+           'site-packages/deepspeed/runtime/fp16/loss_scaler.py", line 183, in update_scale\n    raise Exception(\n'
+           'Exception: \n')
+    d = decide("nan_or_divergent_loss", log=log, config=cfg(CFG + "fp16: true\n"))
+    assert isinstance(d, Retry) and d.playbooks == ["fp16-to-bf16"], d
+    assert d.config["bf16"] is True and "fp16" not in d.config
