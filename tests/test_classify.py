@@ -471,6 +471,8 @@ LIBRARY_MESSAGES = [
      "_update_scale\n    self.loss_scaler.update_scale(has_overflow)\n  File \"/opt/conda/lib/python3.8/site-packages/"
      "deepspeed/runtime/fp16/loss_scaler.py\", line 183, in update_scale\n    raise Exception(\nException: ",
      "nan_or_divergent_loss"),
+    ("ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks. Try increasing "
+     "`gpu_memory_utilization` when initializing the engine.", "oom"),
 ]
 
 
