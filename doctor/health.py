@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from doctor.gpuinfo import amd_smi_records, na, partition_count
-from doctor.host import Host
+from doctor.host import Host, ToolResult
 
 __all__ = ["partition_count"]  # re-exported: the health area names partitions too
 
@@ -223,12 +223,13 @@ def _now(host: Host) -> float | None:
         return None
 
 
-def gather(host: Host, gpus: list[dict[str, Any]], use_amd_smi: bool = True) -> Health:
-    """Health of the AMD GPUs in the inventory ``gpus`` (their ``index``/``bdf``/``smi_index``)."""
+def gather(host: Host, gpus: list[dict[str, Any]], use_amd_smi: bool = True, dmesg: ToolResult | None = None) -> Health:
+    """Health of the AMD GPUs in the inventory ``gpus`` (their ``index``/``bdf``/``smi_index``). ``dmesg``: the
+    kernel log a caller has already read (train's snapshots read it once for this and the OOM killer's lines)."""
     up = (host.read("/proc/uptime") or "").split()
     uptime = float(up[0]) if up else None
     now = _now(host)
-    res = host.run(["dmesg"]) if host.which("dmesg") else None
+    res = dmesg if dmesg is not None else host.run(["dmesg"]) if host.which("dmesg") else None
     if res is None or res.missing:
         state, events = "missing", []
     elif not res.ok or res.denied:

@@ -14,21 +14,27 @@ import re
 from typing import Any
 
 from doctor import gpuinfo, health
-from doctor.host import Host
+from doctor.host import Host, ToolResult
 
 NODE = re.compile(r"(?:HW Exception|Memory access fault) by GPU node-(\d+)")
 BDF = re.compile(r"amdgpu (\d{4}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-9a-f])", re.I)
 
 
 def snapshot(env: dict[str, str] | None) -> dict[str, Any]:
-    """GPUs (inventory) and their health now. sysfs and dmesg only: amd-smi would cost a second per call."""
+    """GPUs (inventory) and their health now, and the OOM killer's records (:func:`host_oom`). sysfs, cgroup files
+    and one read of dmesg only: amd-smi would cost a second per call."""
     try:
         host = Host.from_env(env)
-        gpus = [g.to_dict() for g in gpuinfo.inventory(host, env=env, use_library=False)[0]]
-        h = health.gather(host, gpus, use_amd_smi=False).to_dict() if gpus else {"gpus": [], "events": []}
+        dmesg = host.run(["dmesg"]) if host.which("dmesg") else None
     except Exception as e:  # never let the watchdog take the supervisor down
-        return {"gpus": [], "health": {"gpus": [], "events": []}, "error": f"{type(e).__name__}: {e}"}
-    return {"gpus": gpus, "health": h}
+        return {"gpus": [], "health": {"gpus": [], "events": []}, "oom": {}, "error": f"{type(e).__name__}: {e}"}
+    out: dict[str, Any] = {"oom": _oom_records(host, dmesg)}
+    try:
+        gpus = [g.to_dict() for g in gpuinfo.inventory(host, env=env, use_library=False)[0]]
+        h = health.gather(host, gpus, use_amd_smi=False, dmesg=dmesg).to_dict() if gpus else {"gpus": [], "events": []}
+    except Exception as e:
+        return {**out, "gpus": [], "health": {"gpus": [], "events": []}, "error": f"{type(e).__name__}: {e}"}
+    return {**out, "gpus": gpus, "health": h}
 
 
 def _by_bdf(snap: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -106,18 +112,14 @@ def _own_cgroup_events(host: Host) -> tuple[str, str | None]:
     return "", None
 
 
-def oom_snapshot(env: dict[str, str] | None) -> dict[str, Any]:
+def _oom_records(host: Host, dmesg: ToolResult | None) -> dict[str, Any]:
     """The OOM-kill counter of our cgroup and the kernel log's OOM-kill lines, before or after an attempt."""
     try:
-        host = Host.from_env(env)
         path, text = _own_cgroup_events(host)
-        lines: list[str] = []
-        if host.which("dmesg"):
-            r = host.run(["dmesg"])
-            if r.ok:
-                lines = [ln for ln in r.stdout.splitlines() if OOM_LINE.search(ln)][-20:]
     except Exception as e:  # never let the evidence take the supervisor down
         return {"error": f"{type(e).__name__}: {e}"}
+    lines = [ln for ln in dmesg.stdout.splitlines() if OOM_LINE.search(ln)][-20:] if dmesg is not None and dmesg.ok \
+        else []
     return {"cgroup": path, "oom_kill": oom_kill_count(text), "dmesg": lines}
 
 

@@ -247,7 +247,6 @@ class Supervisor:
         watch = DivergenceWatch()
         tail = TrainerLogTail(od / "trainer_log.jsonl" if od else None)
         baseline = faults.snapshot(env)
-        oom_before = faults.oom_snapshot(env)
         t0 = time.monotonic()
         progress = Progress(t0)
         meter = self._throughput(cm, baseline, env)
@@ -268,14 +267,19 @@ class Supervisor:
             self.child.close()
         self._conclude(att, time.monotonic() - t0)
         if att.exit_code != 0 or att.hang:
-            self._gpu_fault(att, baseline, env)
-        if att.exit_code != 0 and att.category == "killed_by_signal":
-            att.host_oom = faults.host_oom(oom_before, faults.oom_snapshot(env))
-            if att.host_oom:
-                att.summary = f"host RAM ran out: {att.host_oom}"
-                self.say(f"  [red]host RAM ran out[/]: {att.host_oom}")
+            after = faults.snapshot(env)
+            self._gpu_fault(att, baseline, after, env)
+            if att.exit_code != 0 and att.category == "killed_by_signal":
+                self._host_oom(att, baseline, after)
         save_trainer_log(self.run_dir, att)
         return att
+
+    def _host_oom(self, att: Attempt, baseline: dict[str, Any], after: dict[str, Any]) -> None:
+        """A kill the OOM killer recorded between the snapshots: host RAM ran out (the policy stops on it)."""
+        att.host_oom = faults.host_oom(baseline.get("oom") or {}, after.get("oom") or {})
+        if att.host_oom:
+            att.summary = f"host RAM ran out: {att.host_oom}"
+            self.say(f"  [red]host RAM ran out[/]: {att.host_oom}")
 
     def _throughput(self, cm: Any, baseline: dict[str, Any], env: dict[str, str]) -> Throughput:
         """A meter knowing the samples per optimizer step (batch x accumulation x ranks) and the tokens per
@@ -292,9 +296,8 @@ class Supervisor:
                     * ranks)
         return Throughput(samples_per_step=per_step, tokens_per_sample=num(cm.get("cutoff_len"), 2048))
 
-    def _gpu_fault(self, att: Attempt, baseline: dict[str, Any], env: dict[str, str]) -> None:
+    def _gpu_fault(self, att: Attempt, baseline: dict[str, Any], after: dict[str, Any], env: dict[str, str]) -> None:
         """Compare the GPUs' health with the launch snapshot; a GPU that faulted makes this a gpu_hw_fault."""
-        after = faults.snapshot(env)
         inv = after.get("gpus") or baseline.get("gpus") or []
         used = visible_gpus(env, inv)
         lines = att.evidence + _tail_lines(Path(att.log), 400)
