@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from doctor.config import InputError
-from doctor.logparse import WARNING_LINE, WRAPPERS, Exc, ParsedLog, parse
+from doctor.logparse import FRAME, LOG_RECORD, PROGRESS_BAR, WARNING_LINE, WRAPPERS, Exc, ParsedLog, parse
 
 MAX_BYTES = 4 * 1024 * 1024  # tail of a log read for classification
 THRESHOLD = 0.4               # below this the answer is `unknown`
@@ -42,6 +42,8 @@ LIBRARY = CATALOG_DIR / "signatures-library.json"
 # weight of a candidate by where it was found (the root exception outranks everything else)
 W_ROOT, W_CHAIN, W_OTHER, W_LINE, W_FATAL, W_LOSS, W_QUOTED, W_TEXT = 1.0, 0.92, 0.8, 0.78, 0.9, 0.85, 0.72, 0.74
 W_CUT = 0.9  # a frame-judged traceback whose exception line the paste lost
+# confidence of the verdicts read from the log's shape (STRUCTURAL documents them)
+C_LOSS_NONFINITE, C_LOSS_ZERO, C_LAUNCHER, C_SILENT_DEATH, C_STALL = 0.88, 0.82, 0.62, 0.5, 0.45
 
 
 # ------------------------------------------------------------------ the catalog
@@ -192,25 +194,20 @@ def _options(seq: Any, limit: int = 64) -> list[list[str]]:
             # `\\s*`, ` ?`, `[-_ ]+`: a separator, absent (the two sides touch) or a certain boundary
             join([[[""]], [[EDGE]]] if av[0] == 0 else [[[EDGE]]])
         elif op is c.SUBPATTERN:
-            join([_inner(av[-1], limit)])
+            join([_options(av[-1], limit)])
         elif op is c.BRANCH:
-            join([_inner(alt, limit) for alt in av[1]])
+            join([_options(alt, limit) for alt in av[1]])
         elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 0 and av[1] == 1:  # optional: with or without
-            join([[[""]], _inner(av[2], limit)])
+            join([[[""]], _options(av[2], limit)])
         elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] == 1 and av[1] == 1:
-            join([_inner(av[2], limit)])
+            join([_options(av[2], limit)])
         elif op in (c.MAX_REPEAT, c.MIN_REPEAT) and av[0] >= 1:  # at least once: needed, but may repeat
             open_gap()
-            join([_inner(av[2], limit)])
+            join([_options(av[2], limit)])
             open_gap()
         else:  # a class, any character, a `*` repeat, a back reference, a lookaround
             open_gap()
     return opts
-
-
-def _inner(seq: Any, limit: int) -> list[list[str]]:
-    """A group's ways, without the OPEN marks the pattern's own ends get (its neighbours are known)."""
-    return _options(seq, limit)
 
 
 def anchors(pattern: str) -> set[str] | None:
@@ -523,11 +520,11 @@ def _loss_hits(log: ParsedLog) -> list[_Hit]:
         loss, gn = vals.get("loss"), vals.get("grad_norm")
         for name, v in (("loss", loss), ("grad_norm", gn)):
             if v is not None and (v != v or v in (float("inf"), float("-inf"))):
-                hits.append(_Hit("nan_or_divergent_loss", 0.88 * W_LOSS, i, f"hf-log-{name}-nonfinite",
+                hits.append(_Hit("nan_or_divergent_loss", C_LOSS_NONFINITE * W_LOSS, i, f"hf-log-{name}-nonfinite",
                                  {name: str(v)}))
                 return hits
         if loss is not None and loss == 0.0 and ("learning_rate" in vals or "current_steps" in vals or gn is not None):
-            conf = 0.82 if seen_positive or (gn is not None and (gn == 0.0 or gn != gn)) else 0.7
+            conf = C_LOSS_ZERO if seen_positive or (gn is not None and (gn == 0.0 or gn != gn)) else 0.7
             hits.append(_Hit("nan_or_divergent_loss", conf * W_LOSS, i, "hf-log-loss-zero", {"loss": "0.0"}))
             return hits
         if loss:
@@ -556,8 +553,6 @@ def _root(log: ParsedLog) -> tuple[Exc | None, list[Exc]]:
 def _text_lines(log: ParsedLog, skip: set[int]) -> list[int]:
     """The lines worth matching as text: not inside an exception already judged, not a traceback's
     frame or quoted source line, not a warning or a progress bar; at most the first and last 300."""
-    from doctor.logparse import FRAME, PROGRESS_BAR
-
     out = []
     prev_frame = False
     for i, ln in enumerate(log.lines):
@@ -607,8 +602,6 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
                 continue  # a warning is context, not the cause, unless the signature says it foretells one
             hits.append(h)
     # a progress bar is no cause, but the loss it shows is evidence (tqdm postfixes: `loss: nan`, `loss=nan`)
-    from doctor.logparse import PROGRESS_BAR
-
     for i, ln in enumerate(log.lines):
         if "nan" in ln.lower() and PROGRESS_BAR.search(ln):
             nan = [h for h in _hits_for(cat, log, ln, None, i, W_LINE, ("line",)) if h.category == "nan_or_divergent_loss"]
@@ -638,11 +631,14 @@ STEP_LINE = re.compile(r"^\s*(?:\[[^\]]*\]\s*)?(?:epoch\s+\d+[,:]?\s+)?(?:step|i
 INFO_RECORD = re.compile(r"^\s*(?:\S+\s+)?(?:\[INFO[|:\]]|INFO[: ]\s?\S|\[I [^\]]*\])|initializing ddp: GLOBAL_RANK", re.I)
 
 
+def _progress(ln: str) -> bool:
+    """A line that shows the training loop advancing: a progress bar (whole or cut) or a step line."""
+    return bool(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln))
+
+
 def _stalled(log: ParsedLog) -> _Hit | None:
     """A log that shows a run at work and then simply stops, with no error anywhere and no sign of the run
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
-    from doctor.logparse import LOG_RECORD, PROGRESS_BAR
-
     body = [ln for ln in log.lines if ln.strip()]
     # a warning record is no error ("[WARNING] Unable to find hostfile, will proceed ...")
     if not body or any(ERRORISH.search(ln) and not WARNING_RECORD.search(ln) for ln in body) \
@@ -652,14 +648,13 @@ def _stalled(log: ParsedLog) -> _Hit | None:
     last = body[-1]
 
     def at_work(ln: str) -> bool:
-        return bool(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln)
-                    or re.match(r"\s*\{['\"](?:loss|eval_loss)", ln))
+        return _progress(ln) or bool(re.match(r"\s*\{['\"](?:loss|eval_loss)", ln))
 
     # a bar or a loss record is the run at work even alone (what users paste of a stuck run); a plain log record
     # at the end needs a bar just before it or a few lines of context before a silent end reads as a stall
     record = bool(LOG_RECORD.match(last) or INFO_RECORD.search(last) or "NCCL INFO" in last)
     if at_work(last) or (record and (len(body) >= 3 or any(at_work(ln) for ln in body[-3:]))):
-        return _Hit("hang", 0.45, len(log.lines) - 1, "log-ends-without-error")
+        return _Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")
     return None
 
 
@@ -689,10 +684,8 @@ def _silent_rank_death(log: ParsedLog) -> _Hit | None:
     prior = before[-1:] + ([m.group(1)] if m and m.group(1).strip() else [])
     if not prior or any(ERRORISH.search(ln) for ln in log.lines[:first]):
         return None
-    from doctor.logparse import PROGRESS_BAR
-
-    if any(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln) for ln in prior):
-        return _Hit("killed_by_signal", 0.5, first, "rank-died-silently")
+    if any(_progress(ln) for ln in prior):
+        return _Hit("killed_by_signal", C_SILENT_DEATH, first, "rank-died-silently")
     return None
 
 
@@ -701,7 +694,7 @@ def _launcher_hit(log: ParsedLog, exit_code: int | None, signal_name: str | None
     code = exit_code if exit_code is not None else log.launcher.get("exit_code")
     if sig in ("SIGKILL", "SIGTERM", "SIGINT") or code in (137, -9, 143, -15):
         line = log.launcher.get("signal_line", log.launcher.get("root_cause_line", max(0, len(log.lines) - 1)))
-        return _Hit("killed_by_signal", 0.62, line, "launcher-signal", {"signal": sig, "exit_code": code})
+        return _Hit("killed_by_signal", C_LAUNCHER, line, "launcher-signal", {"signal": sig, "exit_code": code})
     return None
 
 
@@ -862,23 +855,23 @@ def _cell(text: str) -> str:
 
 # The verdicts read from the log's shape rather than a message (documented with the signatures)
 STRUCTURAL = [
-    ("hf-log-loss-nonfinite / hf-log-grad_norm-nonfinite", "nan_or_divergent_loss", 0.88 * W_LOSS,
+    ("hf-log-loss-nonfinite / hf-log-grad_norm-nonfinite", "nan_or_divergent_loss", C_LOSS_NONFINITE * W_LOSS,
      "an HF trainer log dict (`{'loss': nan, ...}`) or a trainer-log record with a NaN/Inf loss or grad_norm"),
-    ("hf-log-loss-zero", "nan_or_divergent_loss", 0.82 * W_LOSS,
+    ("hf-log-loss-zero", "nan_or_divergent_loss", C_LOSS_ZERO * W_LOSS,
      "a logged loss of exactly 0.0 while training (how HF logs NaN steps under fp16 / a collapsed run); lower "
      "without an earlier positive loss or a zero grad_norm"),
-    ("launcher-signal", "killed_by_signal", 0.62,
+    ("launcher-signal", "killed_by_signal", C_LAUNCHER,
      "the launcher's summary (torchrun, DeepSpeed, accelerate) or train's own exit status says SIGKILL/SIGTERM "
      "/ -9 / 137, and no message matched"),
-    ("rank-died-silently", "killed_by_signal", 0.5,
+    ("rank-died-silently", "killed_by_signal", C_SILENT_DEATH,
      "torch elastic stops the other ranks right after a rank was at work (a bar, a step) and no Python error is "
      "anywhere in the log: the dead rank was killed (the host OOM killer while every rank loads the model) or "
      "crashed natively"),
-    ("cant-load-tokenizer, a class transformers ships", "dependency_version", 0.82,
+    ("cant-load-tokenizer, a class transformers ships", "dependency_version", None,
      "`Tokenizer class X does not exist or is not currently imported` where a recent transformers exports X "
      "(doctor/data/transformers-tokenizer-classes.txt): the installed transformers predates the model; a class it "
      "does not ship stays template_or_tokenizer (the model's remote code)"),
-    ("log-ends-without-error", "hang", 0.45,
+    ("log-ends-without-error", "hang", C_STALL,
      "no error, no sign of the run finishing, and the last line is the run at work (a progress bar, a step, a "
      "loss record; an INFO record after a bar or a few lines of log)"),
 ]
@@ -926,7 +919,9 @@ def markdown_page() -> str:
         if lib.get(name):
             out += [f"Plus {lib[name]} messages harvested from the libraries' sources "
                     "(`playbooks/signatures-library.json`).", ""]
-    shape = "".join(f"\n| `{sid}` | `{c}` | {conf:.2f} | {_cell(doc)} |" for sid, c, conf, doc in STRUCTURAL)
+    # a refinement of a signature carries that signature's confidence
+    shape = "".join(f"\n| `{sid}` | `{c}` | {conf if conf is not None else cat.signature(sid.split(',')[0]).confidence:.2f}"
+                    f" | {_cell(doc)} |" for sid, c, conf, doc in STRUCTURAL)
     out += ["## Read from the log's shape and context", "",
             "Where no message decides, the log's structure can; where a message is ambiguous, what it names decides:",
             "",
