@@ -50,3 +50,32 @@ def test_added_token_beyond_embedding_is_error(tmp_path, tiny_llama3):
 def test_hub_model_is_not_fetched(tmp_path):
     f = _check(tmp_path, "meta-llama/Meta-Llama-3-8B-Instruct", template="llama3")
     assert [x["id"] for x in f] == ["TPL004"]
+
+
+@stack
+def test_tokenizer_load_shortcut_changes_no_report(tiny_llama3, tiny_qwen3):
+    """The probe skips transformers' deepcopy of the backend it just built: the report must be the one the plain
+    ``AutoTokenizer.from_pretrained`` load gives, and the module's ``copy`` must be put back."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import json, sys, copy\n"
+        "from doctor.probes.llamafactory import probe_template_tokens\n"
+        "import transformers.tokenization_utils_tokenizers as b\n"
+        "out = []\n"
+        "for model, tpl in json.loads(sys.argv[1]):\n"
+        "    fast = probe_template_tokens(model, tpl, None)\n"
+        "    exact = probe_template_tokens(model, tpl, None, exact_load=True)\n"
+        "    out.append([fast == exact, len(fast['added_tokens']), fast['tokenizer_len']])\n"
+        "print(json.dumps({'same': out, 'restored': b.copy is copy}))\n")
+    cases = [[str(tiny_llama3), "llama3"], [str(tiny_llama3), "gemma"], [str(tiny_qwen3), "llama3"]]
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], cwd=ROOT, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    got = json.loads(r.stdout.strip().splitlines()[-1])
+    assert got["restored"]
+    assert all(same for same, _, _ in got["same"]), got
+    assert any(added for _, added, _ in got["same"])  # the gemma case adds tokens: the fix ran on both loads

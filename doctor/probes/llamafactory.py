@@ -212,16 +212,49 @@ def _emitted(template: Any) -> tuple[list[str], list[str]]:
     return emitted, [t for t in stops if t not in emitted]
 
 
+def _load_tokenizer(model_dir: str, exact: bool = False) -> Any:
+    """``AutoTokenizer.from_pretrained`` as LLaMA-Factory calls it, less one redundant copy.
+
+    transformers 5 builds the Rust backend with ``Tokenizer.from_file`` and then ``TokenizersBackend.__init__``
+    deep-copies that fresh object (a JSON round trip of the whole vocabulary: 1.4 s of a Llama-3 tokenizer's
+    4.8 s load on a 2-core machine). Nothing else holds the object it copies (it lives in a local dict of this
+    one call, and this probe never passes a ``tokenizer_object`` of its own), so for the duration of the call
+    the module's ``copy.deepcopy`` hands a ``tokenizers.Tokenizer`` back as is and copies everything else as
+    before. ``exact=True`` loads without the shortcut; a test checks both loads give the same report."""
+    import copy as _copy
+    import types
+
+    from transformers import AutoTokenizer
+
+    try:
+        import transformers.tokenization_utils_tokenizers as backend
+        from tokenizers import Tokenizer
+    except ImportError:  # another transformers layout: load it plainly
+        backend = None
+    real = getattr(backend, "copy", None)
+    if exact or backend is None or real is not _copy:
+        return AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+
+    def deepcopy(obj: Any, memo: Any = None) -> Any:
+        return obj if type(obj) is Tokenizer else _copy.deepcopy(obj, memo)
+
+    backend.copy = types.SimpleNamespace(**{**vars(_copy), "deepcopy": deepcopy})
+    try:
+        return AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+    finally:
+        backend.copy = real
+
+
 def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int | None,
-                          resize_vocab: bool = False) -> dict[str, Any]:
-    """Load the local tokenizer, run LLaMA-Factory's template fix on it, and report every token."""
+                          resize_vocab: bool = False, exact_load: bool = False) -> dict[str, Any]:
+    """Load the local tokenizer, run LLaMA-Factory's template fix on it, and report every token
+    (``exact_load``: load it without the copy shortcut of ``_load_tokenizer``)."""
     from llamafactory.data.template import TEMPLATES, get_template_and_fix_tokenizer
     from llamafactory.hparams import DataArguments
-    from transformers import AutoTokenizer
 
     # one load (a Llama-3 tokenizer.json takes seconds): everything that reads the tokenizer as shipped runs
     # before LLaMA-Factory's fix changes it in place
-    tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
+    tokenizer = _load_tokenizer(model_dir, exact=exact_load)
     before = len(tokenizer)
     out: dict[str, Any] = {"tokenizer_len": before, "model_vocab": model_vocab,
                            "eos": tokenizer.eos_token, "pad": tokenizer.pad_token, "bos": tokenizer.bos_token,
