@@ -32,6 +32,28 @@ def _literal_parts(message: str) -> list[str]:
     return [" ".join(p.split()) for p in message.split("{}") if p.strip()]
 
 
+_QUOTES = "'\"`‘’“”"
+
+
+def _word(w: str) -> str:
+    """One word of a message as a pattern that survives the punctuation a release or a paste changes: a
+    trailing comma, semicolon or colon may be missing ("When using DeepSpeed, ..." was "When using DeepSpeed
+    ..."), and quotes may be any kind (straight, curly, backticks: issue text pastes them all)."""
+    lead = len(w) - len(w.lstrip(_QUOTES))
+    core = w.lstrip(_QUOTES)
+    trail_p = ""
+    if core[-1:] in ",;:":
+        trail_p, core = "[,;:]?", core[:-1]
+    elif core[-1:] == "." and core[-2:-1] in tuple(_QUOTES):
+        trail_p, core = r"\.", core[:-1]
+    body = core.rstrip(_QUOTES)
+    quotes_after = len(core) - len(body)
+    q = "[" + re.escape(_QUOTES) + "]"
+    if not body:
+        return re.escape(w)
+    return q * lead + re.escape(body) + q * quotes_after + trail_p
+
+
 def distinctive(message: str, category: str, others: list[tuple[str, str]]) -> str | None:
     """The shortest distinctive prefix pattern (see the module docs), or None."""
     parts = _literal_parts(message)
@@ -42,13 +64,13 @@ def distinctive(message: str, category: str, others: list[tuple[str, str]]) -> s
     words = seg.split(" ")
     for k in range(min(5, len(words)), len(words) + 1):
         lead = words[:k]
-        pat = r"\s+".join(re.escape(w) for w in lead)
+        pat = r"\s+".join(_word(w) for w in lead)
         if len(" ".join(lead)) < 24 and k < len(words):
             continue
         if len(" ".join(lead)) < 16 and len(parts) > 1:
             # a short fragment ("Cannot open" of "Cannot open {} due to {}.") matches other libraries' and the
             # system's messages too: the whole message, its values as wildcards
-            pat = r".{0,300}?".join(r"\s+".join(re.escape(w) for w in part.split(" ")) for part in parts)
+            pat = r".{0,300}?".join(r"\s+".join(_word(w) for w in part.split(" ")) for part in parts)
         rx = re.compile(pat, re.I)
         if not any(rx.search(text) for text, cat in others if cat != category):
             return pat

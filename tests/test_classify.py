@@ -473,6 +473,30 @@ LIBRARY_MESSAGES = [
      "nan_or_divergent_loss"),
     ("ERROR 11-18 18:07:28 engine.py:366] ValueError: No available memory for the cache blocks. Try increasing "
      "`gpu_memory_utilization` when initializing the engine.", "oom"),
+    ("jinja2.exceptions.TemplateSyntaxError: Encountered unknown tag 'generation'. Jinja was looking for the following "
+     "tags: 'elif' or 'else' or 'endif'.", "template_or_tokenizer"),
+    ("Using eos_token, but it is not set yet.\nAttributeError: 'NoneType' object has no attribute 'join'",
+     "template_or_tokenizer"),
+    ("ValueError: No file with name: consolidated.00.pth found in /tmp/Meta-Llama-3-8B-Instruct.", "model_path_or_hub"),
+    ("tune download: error: An error happened while trying to locate the file on the Hub and we cannot find the "
+     "requested files in the local cache. Please check your connection and try again or make sure your Internet "
+     "connection is on.", "model_path_or_hub"),
+    ("Unable to determine the device handle for GPU0000:05:00.0: Unknown Error", "gpu_hw_fault"),
+    ("[ 4711.2] pcieport 0000:00:01.1: AER: Uncorrected (Fatal) error received: 0000:03:00.0", "gpu_hw_fault"),
+    ("[ 4711.2] pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Data Link Layer, (Transmitter ID)",
+     "unknown"),
+    ("(gdb) bt\n#0  0x00007ffe69463051 in rocr::core::InterruptSignal::WaitRelaxed(hsa_signal_condition_t, long, "
+     "unsigned long, hsa_wait_state_t) ()\n   from /venv/lib/python3.11/site-packages/torch/lib/libhsa-runtime64.so",
+     "hang"),
+    ("train.py: error: the following arguments are required: --model_name_or_path\n[INFO] [launch.py:315:sigkill_handler] "
+     "Killing subprocess 2110657\n[ERROR] [launch.py:321:sigkill_handler] ['python', '-u', 'train.py', '--local_rank=0']"
+     " exits with return code = 2", "unknown"),
+    ("labels\n[]\n\n**Killed**", "killed_by_signal"),
+    ("Code error: No module named 'transformers.modeling_flash_attention_utils'", "dependency_version"),
+    ("Code error: cannot import name ‘LlamaFlashAttention2’ from ‘transformers.models.llama.modeling_llama’.",
+     "dependency_version"),
+    ("ValueError: When using DeepSpeed `accelerate.prepare()` requires you to pass at least one of training or evaluation "
+     "dataloaders or alternatively set an integer value in `train_micro_batch_size_per_gpu`", "deepspeed_config"),
 ]
 
 
