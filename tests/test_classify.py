@@ -497,6 +497,12 @@ LIBRARY_MESSAGES = [
      "dependency_version"),
     ("ValueError: When using DeepSpeed `accelerate.prepare()` requires you to pass at least one of training or evaluation "
      "dataloaders or alternatively set an integer value in `train_micro_batch_size_per_gpu`", "deepspeed_config"),
+    ("ValueError: You cannot perform fine-tuning on purely quantized models. Please attach trainable adapters on top of "
+     "the quantized model to correctly perform fine-tuning.", "config_invalid"),
+    ("ValueError: You are attempting to perform batched generation with padding_side='right' this may lead to unexpected "
+     "behaviour for Flash Attention version of Mistral.", "flash_attn_failure"),
+    ("the algorithm adopts DPO/KTO, and the obtained grad_norm is nan with a loss of 0", "nan_or_divergent_loss"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/models/VisualGLM-6B/model_config.json'", "model_path_or_hub"),
 ]
 
 
