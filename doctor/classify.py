@@ -72,7 +72,9 @@ class Signature:
     curated: bool = True
     warning: bool = False              # may match a warning line (a library warns just before it fails)
     playbook: str | None = None        # this signature's remedy, where it differs from its category's
-    anchors: list[str] | None = None   # words one of which any match holds ("~w": holds w inside a word; None: none)
+    # one entry per way the pattern can match: the words that way needs, joined with "&" (longest first; "~w": w
+    # inside a word); a text is tried only where every word of some entry is in it. None: no anchor (always tried)
+    anchors: list[str] | None = None
     _rx: re.Pattern[str] | None = None
 
     @property
@@ -94,19 +96,21 @@ class Catalog:
         self.line_sigs = [s for s in self.signatures if s.where in ("line", "fatal")]
         # an index from a required word to the signatures that need it: a text is matched only against the
         # signatures one of its words can satisfy (the catalog has hundreds; a log has thousands of lines)
-        self.by_word: dict[str, list[Signature]] = {}
-        self.by_part: dict[str, list[Signature]] = {}
+        # (the entry's first word indexes it; the rest of its words are checked before the pattern is compiled)
+        self.by_word: dict[str, list[tuple[Signature, tuple[str, ...]]]] = {}
+        self.by_part: dict[str, list[tuple[Signature, tuple[str, ...]]]] = {}
         self.unanchored: list[Signature] = []
         self._order = {id(s): i for i, s in enumerate(self.signatures)}  # catalog order, built once
         for sig in self.signatures:
             if sig.anchors is None:
                 self.unanchored.append(sig)
             else:
-                for w in sig.anchors:
-                    if w.startswith("~"):  # contained in the text, maybe inside a longer word
-                        self.by_part.setdefault(w[1:], []).append(sig)
+                for entry in sig.anchors:
+                    first, *rest = entry.split("&")
+                    if first.startswith("~"):  # contained in the text, maybe inside a longer word
+                        self.by_part.setdefault(first[1:], []).append((sig, tuple(rest)))
                     else:
-                        self.by_word.setdefault(w, []).append(sig)
+                        self.by_word.setdefault(first, []).append((sig, tuple(rest)))
 
     def signature(self, sig_id: str) -> Signature:
         return self.ids()[sig_id]
@@ -120,13 +124,20 @@ class Catalog:
         """The signatures that could match ``text`` (the rest certainly cannot), in catalog order."""
         found: dict[int, Signature] = {id(s): s for s in self.unanchored}
         low = text.lower()
-        for w in set(_WORD.findall(low)):
-            for sig in self.by_word.get(w, ()):
-                found[id(sig)] = sig
-        for part, sigs in self.by_part.items():
-            if part in low:
-                for sig in sigs:
+        words = set(_WORD.findall(low))
+
+        def holds(rest: tuple[str, ...]) -> bool:
+            return all(w[1:] in low if w.startswith("~") else w in words for w in rest)
+
+        for w in words:
+            for sig, rest in self.by_word.get(w, ()):
+                if not rest or holds(rest):
                     found[id(sig)] = sig
+        for part, entries in self.by_part.items():
+            if part in low:
+                for sig, rest in entries:
+                    if not rest or holds(rest):
+                        found[id(sig)] = sig
         order = self._order
         return sorted(found.values(), key=lambda s: order[id(s)])
 
@@ -211,9 +222,10 @@ def _options(seq: Any, limit: int = 64) -> list[list[str]]:
 
 
 def anchors(pattern: str) -> set[str] | None:
-    """A set of lowercase words such that any text the pattern matches contains at least one of them as a
-    whole word (one word per way the pattern can match; the text is split into the same words); None when
-    some way needs no word of 4+ characters whose both ends the pattern pins down."""
+    """One entry per way the pattern can match: the lowercase words that way needs, joined with "&", its longest
+    whole word first (a text the way matches holds each as a whole word; the text is split into the same words)
+    and "~w" for a word the text may extend (held inside a longer word). A text holding all words of no entry
+    cannot match. None when some way needs no word of 4+ characters whose both ends the pattern pins down."""
     import re._parser as sre_parse
 
     try:
@@ -233,13 +245,15 @@ def anchors(pattern: str) -> set[str] | None:
         # a word the text may extend ("... out of memory" also matches "memory_pool", `hipErrorOutOfMemory` a
         # longer name): contained in the text, not necessarily one of its words (a substring anchor, "~word")
         parts = [w.replace(OPEN, "") for w in found if OPEN in w and len(w.replace(OPEN, "")) >= 5]
-        if words:
-            out.add(max(words, key=len))
-        elif parts:
-            out.add("~" + max(parts, key=len))
-        else:
+        whole = sorted(set(words), key=lambda w: (-len(w), w))
+        subs = ["~" + w for w in sorted(set(parts), key=lambda w: (-len(w), w))]
+        if not whole and not subs:
             return None
+        out.add("&".join((whole + subs)[:_ANCHOR_WORDS]))
     return out
+
+
+_ANCHOR_WORDS = 4  # words kept per way: more filter little and cost a check each
 
 
 def _rx(p: str | None) -> re.Pattern[str] | None:
