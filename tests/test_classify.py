@@ -503,6 +503,16 @@ LIBRARY_MESSAGES = [
      "behaviour for Flash Attention version of Mistral.", "flash_attn_failure"),
     ("the algorithm adopts DPO/KTO, and the obtained grad_norm is nan with a loss of 0", "nan_or_divergent_loss"),
     ("FileNotFoundError: [Errno 2] No such file or directory: '/models/VisualGLM-6B/model_config.json'", "model_path_or_hub"),
+    ("LLVM ERROR: Cannot select: intrinsic %llvm.amdgcn.fdot2.bf16.bf16", "bf16_unsupported"),
+    ("RuntimeError: Empty dataset!", "dataset_missing"),
+    ("ValueError: Please use ranked datasets for reward modeling or DPO training.", "dataset_missing"),
+    ("NotImplementedError: Unsloth: unsloth/gemma-3-1b-pt is not supported in your current Unsloth version! Please "
+     "update Unsloth via:", "dependency_version"),
+    ("deepspeed.runtime.zero.utils.ZeRORuntimeException: You are using ZeRO-Offload with a client provided optimizer "
+     "(<class 'transformers.optimization.AdamW'>) which in most cases will yield poor performance.", "deepspeed_config"),
+    ("libcusparse.so.11: cannot open shared object file: No such file or directory\nCUDA SETUP: Something unexpected "
+     "happened. Please compile from source:", "bitsandbytes_unavailable"),
+    ("ModuleNotFoundError: No module named 'torch._C._distributed_c10d'; 'torch._C' is not a package", "unknown"),
 ]
 
 
