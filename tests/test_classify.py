@@ -513,6 +513,34 @@ LIBRARY_MESSAGES = [
     ("libcusparse.so.11: cannot open shared object file: No such file or directory\nCUDA SETUP: Something unexpected "
      "happened. Please compile from source:", "bitsandbytes_unavailable"),
     ("ModuleNotFoundError: No module named 'torch._C._distributed_c10d'; 'torch._C' is not a package", "unknown"),
+    ("TypeError: AsyncEngineArgs.__init__() got an unexpected keyword argument 'disable_log_requests'",
+     "dependency_version"),
+    ("  File \"/x/site-packages/peft/tuners/lora/torchao.py\", line 147, in dispatch_torchao\n    new_module = "
+     "TorchaoLoraLinear(target, adapter_name, **kwargs)\nTypeError: TorchaoLoraLinear.__init__() missing 1 required "
+     "keyword-only argument: 'get_apply_tensor_subclass'", "dependency_version"),
+    ("ValueError: auto-awq kernels is needed to be installed to use .backward(). Make sure to install the auto-awq "
+     "kernels", "extension_build_failed"),
+    ("[ERROR] [axolotl.load_model:324] Found modules on cpu/disk. Using Exllama backend requires all the modules to be "
+     "on GPU.You can deactivate exllama backend by setting `disable_exllama=True`", "config_invalid"),
+    ("NotImplementedError: LlamaGPTQForCausalLM not support LORA peft type yet.", "config_invalid"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/data/ocr_vqa/images/782118577.jpg'", "dataset_missing"),
+    ("ValueError: ZeRO inference only makes sense with ZeRO Stage 3 - please adjust your config", "deepspeed_config"),
+    ("RuntimeError: The server socket has failed to listen on any local network address. The server socket has failed "
+     "to bind to [::]:29500 (errno: 98 - Address already in use).", "network_or_rendezvous"),
+    ("torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to the C10d store has failed. "
+     "See inner exception for details.", "network_or_rendezvous"),
+    ("    store = TCPStore(\nRuntimeError: connect() timed out. Original timeout was 60000 ms.", "network_or_rendezvous"),
+    ("node1:118:118 [0] NCCL INFO socketPollConnect: connect returned No route to host, retrying (34/34) after sleep",
+     "network_or_rendezvous"),
+    ("node1:1183:1184 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<47524> with error 12, opcode 0",
+     "network_or_rendezvous"),
+    ("ssh: connect to host worker-1 port 22: Connection refused", "network_or_rendezvous"),
+    ("[1118468.87] nvidia 0000:0a:00.0: AMD-Vi: Event logged [IO_PAGE_FAULT domain=0x000f address=0xea13a000 "
+     "flags=0x0020]", "rccl_p2p_or_iommu"),
+    ("Memory on the node (IP: 10.1.180.84, ID: ba65c80c8aec) where the task (task ID: d221d2, name=head, rank=0,, "
+     "pid=4503, memory used=1000GB) was running was 1900GB / 2000GB (0.95), which exceeds the memory usage threshold",
+     "killed_by_signal"),
+    ("Running on local URL:  http://0.0.0.0:7860\nOSError: [Errno 98] Address already in use", "unknown"),
 ]
 
 

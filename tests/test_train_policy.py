@@ -64,6 +64,7 @@ CASES = [
     ("reduce-memory-is-repeatable", "oom", {"applied": ["reduce-memory"]}, Retry, ["reduce-memory"], None),
     ("no-playbook-left", "flash_attn_failure", {"applied": ["disable-flash-attn"]}, Stop, None, None),
     ("unknown-stops", "unknown", {}, Stop, None, None),
+    ("network-stops", "network_or_rendezvous", {"checkpoints": ck(2, 4)}, Stop, None, None),
     ("incomplete-checkpoint-skipped", "oom", {"checkpoints": ck(2, 4, incomplete=(4,))}, Retry,
      ["reduce-memory", "keep-progress"], 2),
     ("hang-once-retries-resuming", "hang", {"checkpoints": ck(2, 4)}, Retry, ["keep-progress"], 4),
