@@ -11,7 +11,8 @@ load. The two middle steps are independent, but the fix needs both in one proces
 processes saves at most the shorter one (the template import) minus moving a tokenizer between processes
 (pickling it: the Rust tokenizer's JSON out and in). This script measures each step and that transfer, and
 profiles the load inside transformers (where its time goes is transformers' own code: a stdlib json.load of
-tokenizer.json for the added tokens, `Tokenizer.from_file`, and a deepcopy of the backend).
+tokenizer.json for the added tokens, `Tokenizer.from_file`, and a deepcopy of the backend). The template probe
+loads it without that deepcopy (``doctor.probes.llamafactory._load_tokenizer``); the floor counts its load.
 
 Usage: python bench/bench_cold_floor.py [--n 3]
 """
@@ -49,6 +50,9 @@ pr = cProfile.Profile(); pr.enable()
 tok = AutoTokenizer.from_pretrained(sys.argv[1], local_files_only=True)
 pr.disable()
 step("tokenizer load")
+from doctor.probes.llamafactory import _load_tokenizer
+_load_tokenizer(sys.argv[1])
+step("tokenizer load as the template probe does it")
 blob = pickle.dumps(tok); step("tokenizer pickled (to move it)")
 pickle.loads(blob); step("tokenizer unpickled")
 from llamafactory.data.template import TEMPLATES, get_template_and_fix_tokenizer
@@ -74,7 +78,8 @@ def main() -> None:
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-floor-"))
     model = build_tiny_model(work / "model", tokenizer="llama3_1")
-    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", HIP_VISIBLE_DEVICES="-1", DISABLE_VERSION_CHECK="1")
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", HIP_VISIBLE_DEVICES="-1", DISABLE_VERSION_CHECK="1",
+               PYTHONPATH=str(ROOT))
     py = sys.executable
     lf = shutil.which("llamafactory-cli") or str(Path(py).with_name("llamafactory-cli"))
     envs: list[float] = []
@@ -94,9 +99,10 @@ def main() -> None:
         print(f"  {k:52} {v:5.2f} s")
     imports = med["torch + torchvision + torchaudio"] + med["transformers tokenizer classes"] + \
         med["LLaMA-Factory template module"] + med["LLaMA-Factory hparams (after the template module)"]
-    load = med["tokenizer load"]
-    print(f"stack imports {imports:.2f} s ({imports / e:.2f}x env) + tokenizer load {load:.2f} s = "
-          f"{imports + load:.2f} s ({(imports + load) / e:.2f}x env): the serial floor of a cold stack worker")
+    plain, load = med["tokenizer load"], med["tokenizer load as the template probe does it"]
+    print(f"stack imports {imports:.2f} s ({imports / e:.2f}x env) + tokenizer load {load:.2f} s (the probe's; "
+          f"plain from_pretrained {plain:.2f} s) = {imports + load:.2f} s ({(imports + load) / e:.2f}x env): the "
+          "serial floor of a cold stack worker")
     save = med["LLaMA-Factory template module"] - med["tokenizer pickled (to move it)"] - med["tokenizer unpickled"]
     print(f"overlapping the load with the template import in a second process saves at most {save:.2f} s "
           f"(template import {med['LLaMA-Factory template module']:.2f} s minus the tokenizer's move "
