@@ -573,10 +573,21 @@ def _text_lines(log: ParsedLog, skip: set[int]) -> list[int]:
         is_frame = bool(FRAME.match(ln))
         quoted = prev_frame and ln.startswith("    ")
         prev_frame = is_frame
-        if i in skip or not ln.strip() or is_frame or quoted or PROGRESS_BAR.search(ln):
+        if i in skip or not ln.strip() or is_frame or quoted or _bar_only(ln):
             continue
         out.append(i)
     return out if len(out) <= 600 else out[:300] + out[-300:]
+
+
+def _bar_only(ln: str) -> bool:
+    """A progress bar and nothing after it. A bar redrawn with \\r runs into what the process printed next
+    (`... 1.28it/s]Killed`, `...]Traceback`): that text is kept."""
+    m = PROGRESS_BAR.search(ln)
+    if m is None:
+        return False
+    close = ln.rfind("]")
+    tail = ln[close + 1:] if close >= m.start() else ""
+    return not re.search(r"[A-Za-z]{3}", tail)
 
 
 def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:

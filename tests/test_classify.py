@@ -541,6 +541,18 @@ LIBRARY_MESSAGES = [
      "pid=4503, memory used=1000GB) was running was 1900GB / 2000GB (0.95), which exceeds the memory usage threshold",
      "killed_by_signal"),
     ("Running on local URL:  http://0.0.0.0:7860\nOSError: [Errno 98] Address already in use", "unknown"),
+    ("Loading checkpoint shards:  38%|███▊      | 3/8 [00:02<00:03,  1.28it/s]Killed", "killed_by_signal"),
+    ("E tensorflow/stream_executor/rocm/rocm_driver.cc:975] could not retrieve ROCM device count: HIP_ERROR_NoDevice",
+     "gpu_not_detected"),
+    ("    return [int(i) for i in gpu_ids_str.split(\",\")]\nValueError: invalid literal for int() with base 10: "
+     "'NoDevFiles'", "gpu_not_detected"),
+    ("unsupported embed per head: 512", "flash_attn_failure"),
+    ("ValueError: 'Meta-Llama-3-8B-Instruct' is not a supported config name", "dependency_version"),
+    ("(ActorModelRayActor pid=700388) AttributeError: 'LLMEngine' object has no attribute 'model_executor'",
+     "dependency_version"),
+    ("Filesystem      Size  Used Avail Use% Mounted on\ntmpfs            24G   23G  1.1G  96% /dev/shm",
+     "shm_exhausted"),
+    ("Filesystem      Size  Used Avail Use% Mounted on\ntmpfs            24G   2G   22G   8% /dev/shm", "unknown"),
 ]
 
 
