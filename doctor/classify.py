@@ -836,6 +836,14 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
                 summary += (f" SeqNum {seq} is mid-training: one rank stopped issuing collectives (hang, straggler or a "
                             "dead link); raising ddp_timeout alone rarely helps.")
                 pb, auto = None, False
+    elif top.category == "shm_exhausted" and re.search(r"NCCL|RCCL|nccl", window):
+        # NCCL's own shared-memory segments, not a DataLoader's: loading data in the main process changes nothing
+        pb, auto = None, False
+        details["nccl"] = True
+        summary = ("NCCL/RCCL could not set up its shared-memory transport (/dev/shm, a container's 64 MB, or a "
+                   "system call it needs failed). Start the container with `--shm-size=16g` or `--ipc=host`; "
+                   "NCCL_SHM_DISABLE=1 runs without it (slower). Where the job spans nodes, check the network too "
+                   "(NCCL_SOCKET_IFNAME): the same NCCL error covers a failed socket.")
     elif top.category == "bitsandbytes_unavailable" and _NOT_INSTALLED.search(window):
         details["not_installed"] = True
         summary = ("bitsandbytes is not installed in this environment, and QLoRA (`quantization_bit`) needs it. Fall "

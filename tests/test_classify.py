@@ -553,6 +553,15 @@ LIBRARY_MESSAGES = [
     ("Filesystem      Size  Used Avail Use% Mounted on\ntmpfs            24G   23G  1.1G  96% /dev/shm",
      "shm_exhausted"),
     ("Filesystem      Size  Used Avail Use% Mounted on\ntmpfs            24G   2G   22G   8% /dev/shm", "unknown"),
+    ("[aiter] start build [module_rocsolgemm] under /workspace/aiter/aiter/jit/build/module_rocsolgemm\n[aiter] failed build "
+     "jit [module_rocsolgemm]", "extension_build_failed"),
+    ("ValueError: Precision 'bf16-true' is invalid. Allowed precision values: ('16-mixed', 'bf16-mixed', '32-true')",
+     "dependency_version"),
+    ("| WARNING: overflow detected, setting loss scale to: 0.000244140625\n| WARNING: overflow detected, setting loss "
+     "scale to: 0.0001220703125", "nan_or_divergent_loss"),
+    ("| WARNING: overflow detected, setting loss scale to: 64.0", "unknown"),
+    ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\nncclSystemError: "
+     "System call (socket, malloc, munmap, etc) failed.", "shm_exhausted"),
 ]
 
 
@@ -732,3 +741,16 @@ def test_anchors_never_hide_a_match_in_the_corpus():
                 hidden.append((sig.id, line[:120]))
             break
     assert not hidden, hidden[:10]
+
+
+def test_nccl_shared_memory_is_no_dataloader_retry():
+    """/dev/shm exhausted by NCCL's own segments: loading data in the main process would change nothing, so the
+    verdict names the container's shm size and stops; a DataLoader worker's bus error still retries without
+    workers."""
+    nccl = classify_text("NCCL WARN Error while creating shared memory segment /dev/shm/nccl-ABC (size 9637888)\n"
+                         "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1169, unhandled system error")
+    assert nccl.category == "shm_exhausted" and nccl.playbook is None and not nccl.auto_fix, nccl
+    assert "--shm-size" in nccl.summary
+    loader = classify_text("RuntimeError: DataLoader worker (pid 729) is killed by signal: Bus error. It is possible "
+                           "that dataloader's workers are out of shared memory.")
+    assert loader.category == "shm_exhausted" and loader.playbook == "dataloader-no-workers" and loader.auto_fix
