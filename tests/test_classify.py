@@ -560,6 +560,8 @@ LIBRARY_MESSAGES = [
     ("| WARNING: overflow detected, setting loss scale to: 0.000244140625\n| WARNING: overflow detected, setting loss "
      "scale to: 0.0001220703125", "nan_or_divergent_loss"),
     ("| WARNING: overflow detected, setting loss scale to: 64.0", "unknown"),
+    ("vm2:15364:15376 [0] transport/net_ib.cc:1192 NCCL WARN NET/IB : Got completion from peer 192.168.0.12<60054> "
+     "with error 4, opcode 32704, len 0, vendor err 81", "rccl_p2p_or_iommu"),
     ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\nncclSystemError: "
      "System call (socket, malloc, munmap, etc) failed.", "shm_exhausted"),
 ]
