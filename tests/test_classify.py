@@ -560,6 +560,9 @@ LIBRARY_MESSAGES = [
     ("| WARNING: overflow detected, setting loss scale to: 0.000244140625\n| WARNING: overflow detected, setting loss "
      "scale to: 0.0001220703125", "nan_or_divergent_loss"),
     ("| WARNING: overflow detected, setting loss scale to: 64.0", "unknown"),
+    (":0:rocdevice.cpp :2991: 2317 us:  Callback: Queue 0x7f41cc300000 aborting with error : "
+     "HSA_STATUS_ERROR_MEMORY_APERTURE_VIOLATION: The agent attempted to access memory beyond the largest legal "
+     "address. code: 0x29", "unknown"),
     ("vm2:15364:15376 [0] transport/net_ib.cc:1192 NCCL WARN NET/IB : Got completion from peer 192.168.0.12<60054> "
      "with error 4, opcode 32704, len 0, vendor err 81", "rccl_p2p_or_iommu"),
     ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\nncclSystemError: "
