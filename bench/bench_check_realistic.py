@@ -6,7 +6,8 @@ exists, bf16: every check runs (tokenizer and template work included). "cold" cl
 and stops any warm server first (the first check in an environment); "warm" re-checks the unchanged config (the
 probe cache answers); "edited" changes one training key, so LLaMA-Factory's parser runs again: "edited (warm
 worker)" in a fork of the warm server the cold run left (doctor.warm), "edited (cache only)" with
-ROCM_DOCTOR_WARM=0 in a fresh stack worker; `--no-cache` never reads the cache. Alternating, median of N.
+ROCM_DOCTOR_WARM=0 in a fresh stack worker; `--no-cache` never reads the cache, and `--only config,template` with
+it runs the stack worker's checks alone (no device worker beside it). Alternating, median of N.
 
 Usage: python bench/bench_check_realistic.py [--n 3]
 """
@@ -105,6 +106,9 @@ def main() -> None:
                 add("realistic edited (cache only)", wall([*doctor, str(edited)], work, {**env, "ROCM_DOCTOR_WARM": "0"}))
             stop_servers()
             add(f"{name} --no-cache", wall([*doctor, str(cfg), "--no-cache"], work, env))
+            if name == "realistic":  # the stack worker's checks alone: what the device worker's contention costs
+                add("realistic --no-cache, config+template only",
+                    wall([*doctor, str(cfg), "--no-cache", "--only", "config,template"], work, env))
     stop_servers()
     e = statistics.median(ts["llamafactory-cli env"])
     for k, v in ts.items():
