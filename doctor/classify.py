@@ -566,7 +566,7 @@ def _root(log: ParsedLog) -> tuple[Exc | None, list[Exc]]:
 
 def _text_lines(log: ParsedLog, skip: set[int]) -> list[int]:
     """The lines worth matching as text: not inside an exception already judged, not a traceback's
-    frame or quoted source line, not a warning or a progress bar; at most the first and last 300."""
+    frame or quoted source line, not a bare progress bar (:func:`_bar_only`); at most the first and last 300."""
     out = []
     prev_frame = False
     for i, ln in enumerate(log.lines):

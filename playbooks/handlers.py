@@ -136,14 +136,11 @@ def dataloader_no_workers(cm: Any, inp: PatchInput, out: Outcome) -> None:
                     "or another process): start the container with --shm-size=16g or --ipc=host")
 
 
-FP16_OVERFLOW = ("ds-loss-scale-min", "fp16-overflow-min", "fp16-overflow")
-
-
 def fp16_to_bf16(cm: Any, inp: PatchInput, out: Outcome) -> None:
-    """fp16 -> bf16, only where the failure shows fp16's loss scaling collapse (not for any NaN)."""
-    sig = getattr(inp.classification, "signature", None)
-    chosen = getattr(inp.classification, "playbook", None) == "fp16-to-bf16"  # the classifier saw the collapse
-    if cm.get("fp16") is not True or (sig not in FP16_OVERFLOW and not chosen):
+    """fp16 -> bf16, only where the failure shows fp16's loss scaling collapse (not for any NaN): the classifier
+    names this playbook for exactly those failures (the signatures and frame rules of signatures.yaml that carry
+    ``playbook: fp16-to-bf16``), so its choice is the evidence."""
+    if cm.get("fp16") is not True or getattr(inp.classification, "playbook", None) != "fp16-to-bf16":
         return
     out.changes.append("fp16: removed; bf16: true (fp16's loss scale collapsed: the values overflow its range)")
     delete_key(cm, "fp16")

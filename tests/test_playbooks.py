@@ -218,3 +218,16 @@ def test_mask_command_overrides():
 
     assert mask("hf_hub_token=abcdefgh12345") == "hf_hub_token=<redacted:token>"
     assert mask("max_steps=4") == "max_steps=4" and mask("/tmp/run/attempt-1.yaml") == "/tmp/run/attempt-1.yaml"
+
+
+def test_fp16_to_bf16_only_where_the_classifier_saw_the_scale_collapse():
+    """The handler trusts the classifier's choice: DeepSpeed's loss scaler at its minimum moves fp16 to bf16, a
+    NaN loss with no overflow in evidence leaves the precision alone."""
+    collapse = classify.classify_text("Exception: Current loss scale already at minimum - cannot decrease scale "
+                                      "anymore. Exiting run.")
+    out, new = apply("fp16-to-bf16", "fp16: true\nlearning_rate: 1.0e-4\n", classification=collapse)
+    assert "fp16:" not in new and "bf16: true" in new, new
+    nan = classify.classify_text("{'loss': nan, 'grad_norm': nan, 'learning_rate': 1e-05, 'epoch': 0.1}")
+    assert nan.category == "nan_or_divergent_loss" and nan.playbook != "fp16-to-bf16"
+    out, new = apply("fp16-to-bf16", "fp16: true\nlearning_rate: 1.0e-4\n", classification=nan)
+    assert not out.changes and "fp16: true" in new
