@@ -801,6 +801,22 @@ def _tokenizer_class_too_new(log: ParsedLog, top: _Hit) -> str | None:
     return name if name in known or name.removesuffix("Fast") in known else None
 
 
+_OOM_FIGURES = re.compile(r"Tried to allocate ([\d.]+) ?([GMK])i?B.{0,160}?of which ([\d.]+) ?([GMK])i?B (?:is )?free", re.I | re.S)
+_UNIT = {"K": 1 / 2**20, "M": 1 / 1024, "G": 1.0}
+
+
+def _free_beside_oom(window: str) -> str | None:
+    """The free memory torch's OOM message reports when it dwarfs the request (ten times it and 8 GiB or more):
+    the allocation failed for another reason than a full GPU. None for every ordinary OOM (a fragmented or full
+    GPU reports less free than it asked for). A per-process fraction torch enforces says "allowed": a real limit."""
+    m = _OOM_FIGURES.search(window)
+    if not m or re.search(r"\ballowed\b", window):
+        return None
+    want = float(m.group(1)) * _UNIT[m.group(2).upper()]
+    free = float(m.group(3)) * _UNIT[m.group(4).upper()]
+    return f"{m.group(3)} {m.group(4).upper()}iB" if free >= 8 and free >= 10 * want else None
+
+
 def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Classification:
     too_new = _tokenizer_class_too_new(log, top)
     if too_new:
@@ -826,6 +842,14 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
         if len(set(keys) & TRAINING_KEYS) >= 3:
             summary += (" The rejected keys are ordinary training keys: the YAML was probably passed to the wrong "
                         "subcommand (e.g. `llamafactory-cli chat/export` instead of `train`).")
+    elif top.category == "oom" and (free := _free_beside_oom(window)) is not None:
+        # the allocator's own figures say the memory was there: no batch size makes this run fit "better"
+        return Classification("unknown", None, False, _evidence(log, top.line),
+                              f"The GPU reported out of memory while {free} was free on it: not a lack of memory. "
+                              "Suspect the build (a custom torch/ROCm image, a driver mismatch) or a limit outside "
+                              "torch; reducing the batch will not help.", top.line + 1, {"free_at_oom": free},
+                              round(min(top.score * 0.5, 0.39), 2),
+                              [{"category": "oom", "confidence": round(min(top.score, 0.99), 2)}], top.signature)
     elif top.category == "nccl_rccl_timeout":
         m = re.search(r"SeqNum=(\d+)", "\n".join(log.lines[top.line:top.line + 5]))
         if m:

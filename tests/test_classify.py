@@ -360,9 +360,11 @@ LIBRARY_MESSAGES = [
     (":0:/longer_pathname.../hipamd/src/hip_platform.cpp:110 : 3010170007 us:\nCannot retrieve "
      "Static function, error: 218",
      "hip_invalid_device_function"),
+    # a flash-attn build that fails is a failed build (the verdict's playbook is still disable-flash-attn:
+    # test_flash_attn_build_failure_trains_without_it)
     ("/home/n/flash-attention/csrc/composable_kernel/include/ck_tile/core/arch/generic_memory_space_atomic_hip.hpp:66:19: "
      "error: static assertion failed due to requirement",
-     "flash_attn_failure"),
+     "extension_build_failed"),
     ("/tmp/ext/src/my_op.cpp:12:5: error: 'foo' was not declared in this scope", "extension_build_failed"),
     ("FileNotFoundError: [Errno 2] No such file or directory: 'data/alpaca_en.jsonl'", "dataset_missing"),
     ("ValueError: remaining_argv: ['--train_type', 'sft']", "unknown_config_key"),
@@ -567,7 +569,44 @@ LIBRARY_MESSAGES = [
      "with error 4, opcode 32704, len 0, vendor err 81", "rccl_p2p_or_iommu"),
     ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:825, unhandled system error, NCCL version 2.7.8\nncclSystemError: "
      "System call (socket, malloc, munmap, etc) failed.", "shm_exhausted"),
+    ("ValueError: torch.cuda.is_available() should be True but is False. xformers' memory efficient attention is only "
+     "available for GPU", "gpu_not_detected"),
+    ("Memory access fault by GPU node-1 (Agent handle: 0x5ed1141146a0) on address (nil). Reason: Page not present or "
+     "supervisor privilege.\nCalling the function `at::_flash_attention_forward` on an RX 7900 XTX", "flash_attn_failure"),
+    ("clang++: error: invalid target ID 'gfx1153'", "extension_build_failed"),
+    ("      failed to execute:/opt/rocm-6.3.3/lib/llvm/bin/clang++  --offload-arch=gfx942  -I/opt/ds/csrc", "extension_build_failed"),
+    ("requests.exceptions.HTTPError: 404 Client Error: Not Found for url: "
+     "https://huggingface.co/datasets/json/resolve/main/data.jsonl", "dataset_missing"),
+    ("TypeError: get_wsd_schedule() missing 2 required positional arguments: 'num_stable_steps' and 'num_decay_steps'",
+     "config_invalid"),
+    ("NameError: name 'str2optimizer8bit_blockwise' is not defined", "bitsandbytes_unavailable"),
+    ("Could not load bitsandbytes native library: /x/libbitsandbytes_rocm64.so: undefined symbol: _Z36kOpt\n"
+     "OSError: /x/libbitsandbytes_rocm64.so: undefined symbol: _Z36kOpt", "bitsandbytes_unavailable"),
+    ("ValueError: When `padding_free=True` without packing, `max_length` is not enforced. Either enable packing",
+     "config_invalid"),
+    ("Unsloth: train_on_responses_only masked every label to -100 in train_dataset, so there is nothing to train on.",
+     "template_or_tokenizer"),
+    # the shared-memory limit of a Triton kernel, not the GPU's memory: a smaller batch does not help
+    ("torch._inductor.exc.InductorError: OutOfMemoryError: out of resource: triton_tem_fused_flex_attention_backward_1\n"
+     "Required: 114688 Hardware limit:101376 Reducing block sizes or `num_stages` may help.", "unknown"),
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 594.00 MiB. GPU 4 has a total capacity of 191.45 GiB "
+     "of which 179.98 GiB is free.", "unknown"),
+    ("torch.OutOfMemoryError: HIP out of memory. Tried to allocate 594.00 MiB. GPU 4 has a total capacity of 191.45 GiB "
+     "of which 180.00 MiB is free.", "oom"),
+    ("[2024-04-23 22:04:33,011] torch.distributed.elastic.agent.server.api: [WARNING] Received Signals.SIGINT death "
+     "signal, shutting down workers", "hang"),
+    ("RuntimeError: CUDA error: an illegal memory access was encountered", "unknown"),
 ]
+
+
+def test_flash_attn_build_failure_trains_without_it():
+    c = classify_text("/tmp/pip-req-build-x/csrc/flash_attn_rocm/composable_kernel/include/ck/utility/amd_buffer_addressing.hpp"
+                      ":32:48: error: use of undeclared identifier 'CK_BUFFER_RESOURCE_3RD_DWORD'\n"
+                      "2 errors generated when compiling for gfx1032.")
+    assert (c.category, c.playbook, c.auto_fix) == ("extension_build_failed", "disable-flash-attn", True)
+    other = classify_text("/tmp/ext/src/my_op.hip:12:5: error: use of undeclared identifier 'x'\n"
+                          "1 error generated when compiling for gfx1032.")
+    assert other.category == "extension_build_failed" and other.playbook != "disable-flash-attn"
 
 
 @pytest.mark.parametrize(("log", "want"), LIBRARY_MESSAGES, ids=[f"{w}-{i}" for i, (_, w) in enumerate(LIBRARY_MESSAGES)])

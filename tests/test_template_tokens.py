@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from tests.conftest import run_cli, stack, write_config
 
 
@@ -54,8 +56,10 @@ def test_hub_model_is_not_fetched(tmp_path):
 
 @stack
 def test_tokenizer_load_shortcut_changes_no_report(tiny_llama3, tiny_qwen3):
-    """The probe skips transformers' deepcopy of the backend it just built: the report must be the one the plain
-    ``AutoTokenizer.from_pretrained`` load gives, and the module's ``copy`` must be put back."""
+    """The probe skips transformers' deepcopy of the backend it just built and its full parse of tokenizer.json for
+    the added tokens alone (the tiny models are saved by transformers 5, without ``added_tokens_decoder``): the
+    report must be the one the plain ``AutoTokenizer.from_pretrained`` load gives, and the modules' ``copy`` and
+    ``json`` must be put back."""
     import subprocess
     import sys
 
@@ -65,12 +69,13 @@ def test_tokenizer_load_shortcut_changes_no_report(tiny_llama3, tiny_qwen3):
         "import json, sys, copy\n"
         "from doctor.probes.llamafactory import probe_template_tokens\n"
         "import transformers.tokenization_utils_tokenizers as b\n"
+        "import transformers.tokenization_utils_base as tb\n"
         "out = []\n"
         "for model, tpl in json.loads(sys.argv[1]):\n"
         "    fast = probe_template_tokens(model, tpl, None)\n"
         "    exact = probe_template_tokens(model, tpl, None, exact_load=True)\n"
         "    out.append([fast == exact, len(fast['added_tokens']), fast['tokenizer_len']])\n"
-        "print(json.dumps({'same': out, 'restored': b.copy is copy}))\n")
+        "print(json.dumps({'same': out, 'restored': b.copy is copy and tb.json is json}))\n")
     cases = [[str(tiny_llama3), "llama3"], [str(tiny_llama3), "gemma"], [str(tiny_qwen3), "llama3"]]
     r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
@@ -79,3 +84,16 @@ def test_tokenizer_load_shortcut_changes_no_report(tiny_llama3, tiny_qwen3):
     assert got["restored"]
     assert all(same for same, _, _ in got["same"]), got
     assert any(added for _, added, _ in got["same"])  # the gemma case adds tokens: the fix ran on both loads
+
+
+def test_top_level_value_parses_only_the_outer_key():
+    """The added-tokens shortcut reads ``added_tokens`` of the outermost object or gives up (full parse)."""
+    from doctor.probes.llamafactory import _top_level_value
+
+    text = '{"version": "1.0", "truncation": null, "padding": {"x": "a\\"}"}, "added_tokens" :\n [{"id": 1}], "model": {}}'
+    assert _top_level_value(text, "added_tokens") == [{"id": 1}]
+    assert _top_level_value('{"s": "\\"added_tokens\\": [9]", "added_tokens": [3]}', "added_tokens") == [3]
+    for bad in ('{"a": {"added_tokens": [1]}, "added_tokens": [2]}', '[{"added_tokens": [1]}]', '{"model": {}}',
+                '{"added_tokens" [1]}'):
+        with pytest.raises(KeyError):
+            _top_level_value(bad, "added_tokens")

@@ -212,37 +212,97 @@ def _emitted(template: Any) -> tuple[list[str], list[str]]:
     return emitted, [t for t in stops if t not in emitted]
 
 
-def _load_tokenizer(model_dir: str, exact: bool = False) -> Any:
-    """``AutoTokenizer.from_pretrained`` as LLaMA-Factory calls it, less one redundant copy.
+def _top_level_value(text: str, key: str) -> Any:
+    """The value of ``key`` in the JSON object ``text``, parsed alone; ``KeyError`` where it is not a key of the
+    outermost object before any nested value names it (the caller then parses the whole text).
 
-    transformers 5 builds the Rust backend with ``Tokenizer.from_file`` and then ``TokenizersBackend.__init__``
-    deep-copies that fresh object (a JSON round trip of the whole vocabulary: 1.4 s of a Llama-3 tokenizer's
-    4.8 s load on a 2-core machine). Nothing else holds the object it copies (it lives in a local dict of this
-    one call, and this probe never passes a ``tokenizer_object`` of its own), so for the duration of the call
-    the module's ``copy.deepcopy`` hands a ``tokenizers.Tokenizer`` back as is and copies everything else as
-    before. ``exact=True`` loads without the shortcut; a test checks both loads give the same report."""
+    The Rust ``tokenizers`` library writes ``tokenizer.json`` with ``added_tokens`` as the fourth key, after
+    ``version``, ``truncation`` and ``padding``: the scan over that prefix is a few hundred bytes, the value is a
+    short list, the vocabulary and merges after it are never parsed."""
+    import json
+
+    needle = f'"{key}"'
+    at = text.find(needle)
+    if at < 0:
+        raise KeyError(key)
+    depth, in_str, esc = 0, False, False
+    for ch in text[:at]:
+        if in_str:
+            if esc:
+                esc = False
+            elif ch == "\\":
+                esc = True
+            elif ch == '"':
+                in_str = False
+        elif ch == '"':
+            in_str = True
+        elif ch in "{[":
+            depth += 1
+        elif ch in "}]":
+            depth -= 1
+    if in_str or depth != 1:
+        raise KeyError(key)
+    rest = text[at + len(needle):].lstrip()
+    if not rest.startswith(":"):
+        raise KeyError(key)
+    rest = rest[1:].lstrip()
+    return json.JSONDecoder().raw_decode(rest)[0]
+
+
+def _load_tokenizer(model_dir: str, exact: bool = False) -> Any:
+    """``AutoTokenizer.from_pretrained`` as LLaMA-Factory calls it, less two redundant passes over the vocabulary.
+
+    - transformers 5 builds the Rust backend with ``Tokenizer.from_file`` and then ``TokenizersBackend.__init__``
+      deep-copies that fresh object (a JSON round trip of the whole vocabulary: 1.4 s of a Llama-3 tokenizer's
+      4.8 s load on a 2-core machine). Nothing else holds the object it copies (it lives in a local dict of this
+      one call, and this probe never passes a ``tokenizer_object`` of its own), so for the duration of the call
+      the module's ``copy.deepcopy`` hands a ``tokenizers.Tokenizer`` back as is and copies everything else as
+      before.
+    - A ``tokenizer_config.json`` without ``added_tokens_decoder`` (what transformers 5's ``save_pretrained``
+      writes) sends ``_from_pretrained`` down its legacy path: ``json.load`` of the whole ``tokenizer.json`` (1.5 s
+      for Llama-3's 9 MB) only to ``pop("added_tokens")``. There the module's ``json.load`` parses that one
+      value (:func:`_top_level_value`) and falls back to the full parse when the file is laid out otherwise.
+
+    ``exact=True`` loads without the shortcuts; a test checks both loads give the same report."""
     import copy as _copy
+    import json as _json
+    import os
+    import sys
     import types
 
     from transformers import AutoTokenizer
 
     try:
+        import transformers.tokenization_utils_base as base
         import transformers.tokenization_utils_tokenizers as backend
         from tokenizers import Tokenizer
     except ImportError:  # another transformers layout: load it plainly
-        backend = None
-    real = getattr(backend, "copy", None)
-    if exact or backend is None or real is not _copy:
+        backend = base = None
+    real_copy = getattr(backend, "copy", None)
+    real_json = getattr(base, "json", None)
+    if exact or backend is None or real_copy is not _copy or real_json is not _json:
         return AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
 
     def deepcopy(obj: Any, memo: Any = None) -> Any:
         return obj if type(obj) is Tokenizer else _copy.deepcopy(obj, memo)
 
+    def load(fp: Any, *args: Any, **kwargs: Any) -> Any:
+        name = os.path.basename(str(getattr(fp, "name", "")))
+        if args or kwargs or name != "tokenizer.json" or sys._getframe(1).f_code.co_name != "_from_pretrained":
+            return _json.load(fp, *args, **kwargs)
+        text = fp.read()
+        try:
+            return {"added_tokens": _top_level_value(text, "added_tokens")}
+        except (KeyError, ValueError):
+            return _json.loads(text)
+
     backend.copy = types.SimpleNamespace(**{**vars(_copy), "deepcopy": deepcopy})
+    base.json = types.SimpleNamespace(**{**vars(_json), "load": load})
     try:
         return AutoTokenizer.from_pretrained(model_dir, local_files_only=True, trust_remote_code=False)
     finally:
-        backend.copy = real
+        backend.copy = real_copy
+        base.json = real_json
 
 
 def probe_template_tokens(model_dir: str, template: str | None, model_vocab: int | None,
