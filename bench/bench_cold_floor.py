@@ -80,6 +80,7 @@ def main() -> None:
     model = build_tiny_model(work / "model", tokenizer="llama3_1")
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="-1", HIP_VISIBLE_DEVICES="-1", DISABLE_VERSION_CHECK="1",
                PYTHONPATH=str(ROOT))
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # compiled bytecode on both sides, as installed
     py = sys.executable
     lf = shutil.which("llamafactory-cli") or str(Path(py).with_name("llamafactory-cli"))
     envs: list[float] = []

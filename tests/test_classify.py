@@ -596,6 +596,27 @@ LIBRARY_MESSAGES = [
     ("[2024-04-23 22:04:33,011] torch.distributed.elastic.agent.server.api: [WARNING] Received Signals.SIGINT death "
      "signal, shutting down workers", "hang"),
     ("RuntimeError: CUDA error: an illegal memory access was encountered", "unknown"),
+    ("W1229 16:43:25.650000 190834 torch/distributed/elastic/agent/server/api.py:723] Received 15 death signal, "
+     "shutting down workers", "killed_by_signal"),
+    ("出现错误：AttributeError: 'BaichuanTokenizer' object has no attribute 'sp_model'", "template_or_tokenizer"),
+    ('rocblaslt error: Cannot read "TensileLibrary_lazy_gfx1101.dat": No error\n'
+     'rocblaslt error: Could not load "TensileLibrary_lazy_gfx1101.dat"', "hip_invalid_device_function"),
+    ("ConnectionError: Tried to launch distributed communication on port `29500`, but another process is utilizing "
+     "it. Please specify a different port", "network_or_rendezvous"),
+    ("TypeError: DataArgs.__init__() got an unexpected keyword argument 'no_eval'", "unknown_config_key"),
+    ("eval_ppl=tensor(nan, device='cuda:0') eval_epoch_loss=tensor(nan, device='cuda:0')", "nan_or_divergent_loss"),
+    ("NotImplementedError: No operator found for `memory_efficient_attention_forward` with inputs:\n"
+     "     query       : shape=(1, 32768, 32, 128) (torch.bfloat16)\n"
+     "`flshattF@v2.3.6` is not supported because:\n"
+     "    requires device with capability > (8, 0) but your GPU has capability (7, 0) (too old)\n"
+     "    bf16 is only supported on A100+ GPUs", "bf16_unsupported"),
+    ("NotImplementedError: No operator found for `memory_efficient_attention_forward` with inputs:\n"
+     "`fa2F@2.5.7-pt` is not supported because:\n    attn_bias type is <class 'torch.Tensor'>", "flash_attn_failure"),
+    ("/envs/x/bitsandbytes/cuda_setup/main.py:149: UserWarning: /envs/x did not contain ['libcudart.so', "
+     "'libcudart.so.11.0', 'libcudart.so.12.0'] as expected! Searching further paths...", "bitsandbytes_unavailable"),
+    ("ValueError: Unsloth: You are using loftq init, yet load_in_4bit = True was set.", "config_invalid"),
+    ("ValueError: You can't train a model that has been loaded with `device_map='auto'` in any distributed mode. "
+     "Please rerun your script specifying `--num_processes=1`", "config_invalid"),
 ]
 
 
@@ -686,8 +707,8 @@ def test_site_signatures_file(tmp_path):
 
 
 def test_collected_corpus_accuracy():
-    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 692 issues, each with its URL and
-    the fix its thread established; two blind sets among them). `other:*` entries are failures outside the
+    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 1528 issues, each with its URL and
+    the fix its thread established; the blind sets among them, misses included). `other:*` entries are failures outside the
     taxonomy: `unknown` is right, and a confident category for one is the costly mistake, so few are allowed."""
     rows = [json.loads(x) for x in (DATA / "failure-corpus.jsonl").read_text().splitlines() if x.strip()]
     assert len(rows) >= 150 and len({r["url"] for r in rows}) == len(rows)  # each from a different issue
@@ -698,8 +719,8 @@ def test_collected_corpus_accuracy():
         good += c.category == want
         if r["category"].startswith("other:") and c.category != "unknown":
             wrong_other.append((r["id"], c.category))
-    # a regression guard below today's 89.0 % (616/692): the blind sets joined with their misses, not tuned away
-    assert good / len(rows) >= 0.88, f"{good}/{len(rows)}"
+    # a regression guard below today's 86.1 % (1316/1528): the blind sets joined with their misses, not tuned away
+    assert good / len(rows) >= 0.85, f"{good}/{len(rows)}"
     n_other = sum(r["category"].startswith("other:") for r in rows)
     # 9 of 38: logs whose evidence is a known category's symptom (a stall at init, a GPU reset, an HSA hardware
     # exception, a corrupt weights file) while the thread found another cause behind it; a quarter at most
