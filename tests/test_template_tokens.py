@@ -55,7 +55,7 @@ def test_hub_model_is_not_fetched(tmp_path):
 
 
 @stack
-def test_tokenizer_load_shortcut_changes_no_report(tiny_llama3, tiny_qwen3):
+def test_tokenizer_load_shortcut_changes_no_report(tmp_path, tiny_llama3, tiny_qwen3):
     """The probe skips transformers' deepcopy of the backend it just built and its full parse of tokenizer.json for
     the added tokens alone (the tiny models are saved by transformers 5, without ``added_tokens_decoder``): the
     report must be the one the plain ``AutoTokenizer.from_pretrained`` load gives, and the modules' ``copy`` and
@@ -76,7 +76,16 @@ def test_tokenizer_load_shortcut_changes_no_report(tiny_llama3, tiny_qwen3):
         "    exact = probe_template_tokens(model, tpl, None, exact_load=True)\n"
         "    out.append([fast == exact, len(fast['added_tokens']), fast['tokenizer_len']])\n"
         "print(json.dumps({'same': out, 'restored': b.copy is copy and tb.json is json}))\n")
-    cases = [[str(tiny_llama3), "llama3"], [str(tiny_llama3), "gemma"], [str(tiny_qwen3), "llama3"]]
+    # the same tokenizer with `added_tokens` written last, after the 9 MB vocabulary: read to the end, same report
+    import shutil
+
+    moved = tmp_path / "added-last"
+    shutil.copytree(tiny_llama3, moved)
+    tj = json.loads((moved / "tokenizer.json").read_text(encoding="utf-8"))
+    tj["added_tokens"] = tj.pop("added_tokens")
+    (moved / "tokenizer.json").write_text(json.dumps(tj), encoding="utf-8")
+    cases = [[str(tiny_llama3), "llama3"], [str(tiny_llama3), "gemma"], [str(tiny_qwen3), "llama3"],
+             [str(moved), "llama3"]]
     r = subprocess.run([sys.executable, "-c", code, json.dumps(cases)], cwd=ROOT, capture_output=True, text=True,
                        timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]

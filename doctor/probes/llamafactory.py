@@ -260,8 +260,9 @@ def _load_tokenizer(model_dir: str, exact: bool = False) -> Any:
       before.
     - A ``tokenizer_config.json`` without ``added_tokens_decoder`` (what transformers 5's ``save_pretrained``
       writes) sends ``_from_pretrained`` down its legacy path: ``json.load`` of the whole ``tokenizer.json`` (1.5 s
-      for Llama-3's 9 MB) only to ``pop("added_tokens")``. There the module's ``json.load`` parses that one
-      value (:func:`_top_level_value`) and falls back to the full parse when the file is laid out otherwise.
+      for Llama-3's 9 MB) only to ``pop("added_tokens")``. There the module's ``json.load`` reads the file up to
+      that one value and parses it alone (:func:`_top_level_value`), and parses the whole file when it is laid
+      out otherwise.
 
     ``exact=True`` loads without the shortcuts; a test checks both loads give the same report."""
     import copy as _copy
@@ -290,11 +291,16 @@ def _load_tokenizer(model_dir: str, exact: bool = False) -> Any:
         name = os.path.basename(str(getattr(fp, "name", "")))
         if args or kwargs or name != "tokenizer.json" or sys._getframe(1).f_code.co_name != "_from_pretrained":
             return _json.load(fp, *args, **kwargs)
-        text = fp.read()
-        try:
-            return {"added_tokens": _top_level_value(text, "added_tokens")}
-        except (KeyError, ValueError):
-            return _json.loads(text)
+        # the value sits near the top: read on only until it parses (a text file: read(n) counts characters)
+        text = fp.read(1 << 17)
+        while True:
+            try:
+                return {"added_tokens": _top_level_value(text, "added_tokens")}
+            except (KeyError, ValueError):
+                more = fp.read(1 << 20)
+                if not more:
+                    return _json.loads(text)
+                text += more
 
     backend.copy = types.SimpleNamespace(**{**vars(_copy), "deepcopy": deepcopy})
     base.json = types.SimpleNamespace(**{**vars(_json), "load": load})
