@@ -617,6 +617,14 @@ LIBRARY_MESSAGES = [
     ("ValueError: Unsloth: You are using loftq init, yet load_in_4bit = True was set.", "config_invalid"),
     ("ValueError: You can't train a model that has been loaded with `device_map='auto'` in any distributed mode. "
      "Please rerun your script specifying `--num_processes=1`", "config_invalid"),
+    ("Gradient overflow.  Skipping step, loss scaler 0 reducing loss scale to 2.848094538889218e-306", "nan_or_divergent_loss"),
+    ("172.17.0.2: mchorse@172.17.0.2: Permission denied (publickey,password).\n"
+     "pdsh@6dca91c32bfd: 172.17.0.2: ssh exited with exit code 255", "network_or_rendezvous"),
+    ("[2023-05-17 11:25:13,053] [INFO] [launch.py:318:sigkill_handler] Killing subprocess 2420\n"
+     "[2023-05-17 11:25:13,146] [ERROR] [launch.py:324:sigkill_handler] ['python', '-u', 'train.py'] exits with return code = -7",
+     "shm_exhausted"),
+    ("NotImplementedError: Loading a dataset cached in a LocalFileSystem is not supported.", "dependency_version"),
+    ("    FAILED: [code=1] CMakeFiles/cmTC_bd75d.dir/testHIPCompiler.hip.o ", "extension_build_failed"),
 ]
 
 
@@ -707,7 +715,7 @@ def test_site_signatures_file(tmp_path):
 
 
 def test_collected_corpus_accuracy():
-    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 1528 issues, each with its URL and
+    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 1644 issues, each with its URL and
     the fix its thread established; the blind sets among them, misses included). `other:*` entries are failures outside the
     taxonomy: `unknown` is right, and a confident category for one is the costly mistake, so few are allowed."""
     rows = [json.loads(x) for x in (DATA / "failure-corpus.jsonl").read_text().splitlines() if x.strip()]
@@ -719,8 +727,8 @@ def test_collected_corpus_accuracy():
         good += c.category == want
         if r["category"].startswith("other:") and c.category != "unknown":
             wrong_other.append((r["id"], c.category))
-    # a regression guard below today's 86.1 % (1316/1528): the blind sets joined with their misses, not tuned away
-    assert good / len(rows) >= 0.85, f"{good}/{len(rows)}"
+    # a regression guard below today's 84.6 % (1391/1644): the blind sets joined with their misses, not tuned away
+    assert good / len(rows) >= 0.84, f"{good}/{len(rows)}"
     n_other = sum(r["category"].startswith("other:") for r in rows)
     # 9 of 38: logs whose evidence is a known category's symptom (a stall at init, a GPU reset, an HSA hardware
     # exception, a corrupt weights file) while the thread found another cause behind it; a quarter at most
