@@ -26,7 +26,7 @@ import os
 import re
 import sys
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +89,7 @@ class Signature:
 class Catalog:
     categories: dict[str, Category]
     signatures: list[Signature]
-    frames: list[tuple[re.Pattern[str], str, float, str | None]]  # path rule, category, confidence, playbook
+    frame_rules: list[dict[str, Any]]  # the catalog's `frames:` entries, compiled on first use (most logs need none)
 
     def __post_init__(self) -> None:
         self.exception_sigs = [s for s in self.signatures if s.where == "exception"]
@@ -111,6 +111,12 @@ class Catalog:
                         self.by_part.setdefault(first[1:], []).append((sig, tuple(rest)))
                     else:
                         self.by_word.setdefault(first, []).append((sig, tuple(rest)))
+
+    @cached_property
+    def frames(self) -> list[tuple[re.Pattern[str], str, float, str | None]]:
+        """(path rule, category, confidence, playbook) per frame rule."""
+        return [(re.compile(f["path"], re.I | re.M), f["category"], float(f["confidence"]), f.get("playbook"))
+                for f in self.frame_rules]
 
     def signature(self, sig_id: str) -> Signature:
         return self.ids()[sig_id]
@@ -336,8 +342,7 @@ def load_catalog(extra: str = "") -> Catalog:
                            bool(c.get("auto", False)), bool(c.get("stop", False)))
             for name, c in data["categories"].items()}
     sigs = [_signature(d, True, str(CURATED)) for d in data["signatures"]]
-    frames = [(re.compile(f["path"], re.I | re.M), f["category"], float(f["confidence"]), f.get("playbook"))
-              for f in data.get("frames", [])]
+    frames = list(data.get("frames", []))
     try:
         lib = json.loads(LIBRARY.read_text(encoding="utf-8"))["signatures"]
     except (OSError, ValueError, KeyError):

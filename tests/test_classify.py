@@ -625,6 +625,14 @@ LIBRARY_MESSAGES = [
      "shm_exhausted"),
     ("NotImplementedError: Loading a dataset cached in a LocalFileSystem is not supported.", "dependency_version"),
     ("    FAILED: [code=1] CMakeFiles/cmTC_bd75d.dir/testHIPCompiler.hip.o ", "extension_build_failed"),
+    ("Traceback (most recent call last):\n  File \"/v/transformers/trainer.py\", line 4127, in create_accelerator\n"
+     "    self.accelerator = Accelerator(\nTypeError: __init__() got an unexpected keyword argument 'dispatch_batches'",
+     "dependency_version"),
+    ("10/24 18:04:14 - mmengine - WARNING - WARNING: command error: 'module 'torch.compiler' has no attribute "
+     "'is_compiling''!", "dependency_version"),
+    ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    main()\nKeyError: 'qwen3'",
+     "dependency_version"),
+    ("AssertionError: FlashAttention maximum version 2.5.8 is supported.", "dependency_version"),
 ]
 
 
