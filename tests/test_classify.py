@@ -633,7 +633,21 @@ LIBRARY_MESSAGES = [
     ("Traceback (most recent call last):\n  File \"train.py\", line 9, in <module>\n    main()\nKeyError: 'qwen3'",
      "dependency_version"),
     ("AssertionError: FlashAttention maximum version 2.5.8 is supported.", "dependency_version"),
+    ("[rank1]: RuntimeError: Expected to have finished reduction in the prior iteration before starting a new one. This "
+     "error indicates that your module has parameters that were not used in producing loss.", "ddp_unused_parameters"),
+    ("RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following reasons: "
+     "1) Use of a module parameter outside the `forward` function.", "ddp_unused_parameters"),
 ]
+
+
+def test_ddp_parameter_usage_picks_its_remedy():
+    """Unused parameters: let DDP find them; a gradient hook firing twice (reentrant checkpointing): non-reentrant."""
+    unused = classify_text("RuntimeError: Expected to have finished reduction in the prior iteration before starting a new "
+                           "one. This error indicates that your module has parameters that were not used in producing loss.")
+    twice = classify_text("RuntimeError: Expected to mark a variable ready only once. Parameter at index 127 with name "
+                          "base_model.model.lm_head.weight has been marked as ready twice.")
+    assert (unused.playbook, unused.auto_fix) == ("ddp-find-unused", True)
+    assert (twice.playbook, twice.auto_fix) == ("non-reentrant-gc", True)
 
 
 def test_flash_attn_build_failure_trains_without_it():

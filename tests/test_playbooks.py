@@ -130,6 +130,10 @@ def test_lower_lr_and_declaratives():
     assert "ddp_timeout: 180000000" in new
     out, _ = apply("raise-ddp-timeout", "ddp_timeout: 180000000\n")
     assert not out.changed
+    out, new = apply("ddp-find-unused", "finetuning_type: lora\nddp_find_unused_parameters: false\n")
+    assert "ddp_find_unused_parameters: true" in new and "finetuning_type: lora" in new
+    out, new = apply("non-reentrant-gc", "gradient_checkpointing: true\n")
+    assert "use_reentrant_gc: false" in new
     out, new = apply("optim-torch-off", "a: 1\n")
     assert out.env == {"OPTIM_TORCH": "0"} and new == "a: 1\n"
 
