@@ -44,6 +44,7 @@ W_ROOT, W_CHAIN, W_OTHER, W_LINE, W_FATAL, W_LOSS, W_QUOTED, W_TEXT = 1.0, 0.92,
 W_CUT = 0.9  # a frame-judged traceback whose exception line the paste lost
 # confidence of the verdicts read from the log's shape (STRUCTURAL documents them)
 C_LOSS_NONFINITE, C_LOSS_ZERO, C_LAUNCHER, C_SILENT_DEATH, C_STALL = 0.88, 0.82, 0.62, 0.5, 0.45
+C_LOSS_EXPLODING, C_P2P_STALL = 0.62, 0.55
 
 
 # ------------------------------------------------------------------ the catalog
@@ -548,6 +549,12 @@ def _loss_hits(log: ParsedLog) -> list[_Hit]:
             return hits
         if loss:
             seen_positive = True
+    losses = [float(v["loss"]) for _, v in log.hf_logs if isinstance(v.get("loss"), (int, float)) and v["loss"] == v["loss"]]
+    if len(losses) >= 3 and losses[-1] >= 10 and losses[-1] >= 5 * min(losses[:-1]) and losses[-1] > losses[-2]:
+        # no NaN yet, but the logged loss climbing to several times its low: the run is diverging
+        i = [i for i, v in log.hf_logs if v.get("loss") == losses[-1]][-1]
+        hits.append(_Hit("nan_or_divergent_loss", C_LOSS_EXPLODING * W_LOSS, i, "hf-log-loss-exploding",
+                         {"loss": str(losses[-1]), "lowest": str(min(losses[:-1]))}))
     return hits
 
 
@@ -590,6 +597,8 @@ def _bar_only(ln: str) -> bool:
     m = PROGRESS_BAR.search(ln)
     if m is None:
         return False
+    if re.search(r"(?:it/s|s/it)(?=[A-Z][a-z]{2})", ln):
+        return False  # the next message glued to the rate, and another redraw after it (`5.26s/itMemory access fault`)
     close = ln.rfind("]")
     tail = ln[close + 1:] if close >= m.start() else ""
     return not re.search(r"[A-Za-z]{3}", tail)
@@ -683,9 +692,19 @@ def _stalled(log: ParsedLog) -> _Hit | None:
     # a bar or a loss record is the run at work even alone (what users paste of a stuck run); a plain log record
     # at the end needs a bar just before it or a few lines of context before a silent end reads as a stall
     record = bool(LOG_RECORD.match(last) or INFO_RECORD.search(last) or "NCCL INFO" in last)
+    if P2P_SETUP.search(last) and not any(NCCL_READY.search(ln) for ln in body):
+        # NCCL/RCCL stopped while connecting peers over P2P/IPC and never finished: the classic peer-to-peer
+        # hang (IOMMU not in passthrough, ACS on the PCIe path, a board without working P2P)
+        return _Hit("rccl_p2p_or_iommu", C_P2P_STALL, len(log.lines) - 1, "hang-at-p2p-setup")
     if at_work(last) or (record and (len(body) >= 3 or any(at_work(ln) for ln in body[-3:]))):
         return _Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")
     return None
+
+
+# NCCL's init lines connecting two ranks through peer-to-peer (P2P/IPC, P2P/CUMEM, P2P/direct pointer)
+P2P_SETUP = re.compile(r"NCCL INFO (?:Channel|Ring|Tree|Trees)\b.*\bvia P2P/")
+# ... and those saying a communicator is up (training went on after the P2P setup)
+NCCL_READY = re.compile(r"NCCL INFO .*(?:Init COMPLETE|init done|comm \S+ rank \d+ nranks \d+ .* - Init COMPLETE)")
 
 
 def _refuses_bf16(log: ParsedLog, top: _Hit) -> bool:
@@ -750,6 +769,8 @@ def classify_text(text: str, exit_code: int | None = None, signal_name: str | No
         stalled = _stalled(log)
         if stalled is not None:
             ranked = [stalled] + ranked
+            if stalled.category == "rccl_p2p_or_iommu":
+                ranked.insert(1, _Hit("hang", C_STALL, stalled.line, "log-ends-without-error"))
     if not ranked or ranked[0].score < THRESHOLD:
         c = cat.categories["unknown"]
         tail = [ln.strip()[:500] for ln in log.lines if ln.strip()][-3:]
@@ -933,6 +954,12 @@ STRUCTURAL = [
      "`Tokenizer class X does not exist or is not currently imported` where a recent transformers exports X "
      "(doctor/data/transformers-tokenizer-classes.txt): the installed transformers predates the model; a class it "
      "does not ship stays template_or_tokenizer (the model's remote code)"),
+    ("hf-log-loss-exploding", "nan_or_divergent_loss", C_LOSS_EXPLODING * W_LOSS,
+     "HF trainer log dicts whose loss climbs to 10 or more and at least 5 times its lowest logged value, still "
+     "rising at the last record (diverging before any NaN)"),
+    ("hang-at-p2p-setup", "rccl_p2p_or_iommu", C_P2P_STALL,
+     "a log that stops without an error while NCCL/RCCL connects ranks `via P2P/IPC` (or P2P/CUMEM), with no "
+     "`Init COMPLETE` after it: the peer-to-peer hang (IOMMU passthrough, ACS); `hang` is the alternative"),
     ("log-ends-without-error", "hang", C_STALL,
      "no error, no sign of the run finishing, and the last line is the run at work (a progress bar, a step, a "
      "loss record; an INFO record after a bar or a few lines of log)"),

@@ -52,7 +52,8 @@ WRITTEN = [
                           "Checkout 'https://huggingface.co//data/models/llama3/tree/None' for available files."),
     ("gpu_not_detected", "AssertionError: Torch not compiled with CUDA enabled"),
     ("gpu_not_detected", "RuntimeError: HIP error: no ROCm-capable device is detected"),
-    ("oom", "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed."),
+    # the OOM killer of the host took a DataLoader worker: a kill, whose remedy is no workers
+    ("killed_by_signal", "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed."),
     # a page fault on a supported arch is the GPU's (or a kernel's) fault, not a wrong-arch verdict ...
     ("gpu_hw_fault", "Memory access fault by GPU node-2 (Agent handle: 0x55d0c0b3e2a0) on address "
                      "0x7f3c0dc00000. Reason: Page not present or supervisor privilege."),
@@ -68,7 +69,7 @@ WRITTEN = [
                                  "/opt/venv/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_rocm62.so"),
     ("nccl_rccl_timeout", "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
                           "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
-    ("gpu_not_detected", "ValueError: fp16 mixed precision requires a GPU (not 'cpu')."),
+    ("bf16_unsupported", "ValueError: fp16 mixed precision requires a GPU (not 'cpu')."),
     ("flash_attn_failure", '  File "/x/llamafactory/model/model_utils/attention.py", line 83, in configure_attn_implementation\n'
                            "    raise NotImplementedError(f\"Unknown attention type: {model_args.flash_attn}\")\n"
                            "NotImplementedError: Unknown attention type: fa3"),
@@ -343,7 +344,7 @@ LIBRARY_MESSAGES = [
      "extension_build_failed"),
     ("ValueError: FP16 Mixed precision training with AMP or APEX (`--fp16`) and FP16 half precision "
      "evaluation (`--fp16_full_eval`) can only be used on CUDA or NPU devices.",
-     "gpu_not_detected"),
+     "bf16_unsupported"),
     ("ValueError: Please specify which `template` to use.", "template_or_tokenizer"),
     ("ptxas /tmp/compile-ptx-src-b5bf24, line 392; error   : Feature '.bf16' requires .target sm_80 "
      "or higher",
@@ -637,7 +638,98 @@ LIBRARY_MESSAGES = [
      "error indicates that your module has parameters that were not used in producing loss.", "ddp_unused_parameters"),
     ("RuntimeError: Expected to mark a variable ready only once. This error is caused by one of the following reasons: "
      "1) Use of a module parameter outside the `forward` function.", "ddp_unused_parameters"),
+    ("Parameter indices which did not receive grad for rank 0: 0 1 2 3 4 5 6 7", "ddp_unused_parameters"),
+    ("Exception: process 1 terminated with signal SIGKILL", "killed_by_signal"),
+    ("Exception: process 0 terminated with signal SIGSEGV", "unknown"),
+    ("W0712 21:41:30.388961 61592 site-packages/torch/distributed/elastic/agent/server/api.py:704] Received "
+     "Signals.SIGHUP death signal, shutting down workers", "unknown"),
+    ("2020-11-24 20:22:28.106 /bin/bash: line 27: 318 Killed sh start.sh", "killed_by_signal"),
+    ("❌ Training failed with exit code -9", "killed_by_signal"),
+    ("FileNotFoundError: Could not find module 'C:\\venv\\lib\\site-packages\\bitsandbytes\\libbitsandbytes_cuda116.dll'"
+     " (or one of its dependencies). Try using the full path with constructor syntax.", "bitsandbytes_unavailable"),
+    ("ImportError: No bitsandbytes / bitsandbytesがインストールされていないようです", "bitsandbytes_unavailable"),
+    ("triton.compiler.errors.CompilationError: at 4:31:def _swiglu_forward_kernel(\n"
+     "    program_id = tl.program_id(0).cast(tl.int64)\n                               ^\n"
+     "AttributeError(\"'tensor' object has no attribute 'cast'\")", "dependency_version"),
+    ("    × Failed to build `flash-attn==2.8.0.post2`\n    ├─▶ The build backend returned an error", "extension_build_failed"),
+    ("<string>:106: UserWarning: flash_attn was requested, but\n      nvcc was not found.  Are you sure your environment "
+     "has nvcc\n      available?", "extension_build_failed"),
+    ("WARNING[XFORMERS]: xFormers can't load C++/CUDA extensions. xFormers was built for:\n"
+     "    PyTorch 2.3.1+cu118 with CUDA 1108 (you have 2.5.1+cpu)", "gpu_not_detected"),
+    ("TypeError: pad_sequence(): argument 'padding_value' (position 3) must be float, not NoneType",
+     "template_or_tokenizer"),
+    ('  File "/env/site-packages/transformers/trainer.py", line 1990, in _wrap_model\n'
+     "    if self.accelerator.unwrap_model(model, keep_torch_compile=False) is not model:\n"
+     "TypeError: Accelerator.unwrap_model() got an unexpected keyword argument 'keep_torch_compile'", "dependency_version"),
+    ('  File "/me/train.py", line 9, in main\n    trainer.fit(model, foo=1)\n'
+     "TypeError: Trainer.fit() got an unexpected keyword argument 'foo'", "unknown"),
+    ('  File "/env/site-packages/torch/distributed/elastic/agent/server/api.py", line 556, in _rendezvous\n'
+     "    self._set_master_addr_port(\nTypeError: _set_master_addr_port() takes 3 positional arguments but 4 were given",
+     "dependency_version"),
+    ('  File "/env/site-packages/torch/__init__.py", line 443, in <module>\n    from torch._C import *  # noqa: F403\n'
+     "ImportError: librocprofiler-sdk.so.1: cannot open shared object file: No such file or directory", "dependency_version"),
+    ("libc++abi: terminating due to uncaught exception of type std::runtime_error: [malloc_or_wait] Unable to allocate "
+     "12 bytes.", "oom"),
+    ("RuntimeError: **Expected is_sm80 || is_sm90 to be true, but got false**.  (Could this error message be improved?",
+     "flash_attn_failure"),
+    ("[rank5]: RuntimeError: call aclnnCast failed, detail:EZ1001: self not implemented for DT_BFLOAT16, should be in "
+     "dtype support list [DT_FLOAT16,DT_FLOAT,]", "bf16_unsupported"),
+    ("EE1002: 2024-09-26-16:06:40.565.510 Stream synchronize timeout. rtDeviceSynchronize execute failed, reason=[stream "
+     "sync timeout]", "nccl_rccl_timeout"),
+    ("UnicodeEncodeError: 'gbk' codec can't encode character '\\u2047' in position 12: illegal multibyte sequence",
+     "unknown"),
+    ("D:\\anaconda3\\envs\\llama_env\\python.exe: can't open file 'example_completion.py': [Errno 2] No such file or "
+     "directory", "unknown"),
+    ("AssertionError: You are using an untested ZeRO Optimizer. Please add <\"zero_allow_untested_optimizer\": true> in "
+     "the configuration file to use it.", "deepspeed_config"),
+    ("deepspeed.runtime.zero.utils.ZeRORuntimeException: The checkpoint being loaded used a DP world size of 256 but the "
+     "current world size is 2.", "unknown"),
+    ('  File "/env/site-packages/torch/distributed/elastic/rendezvous/c10d_rendezvous_backend.py", line 113, in '
+     "_call_store\n    return getattr(self._store, store_op)(*args, **kwargs)\nRuntimeError: Broken pipe",
+     "network_or_rendezvous"),
+    ("Thread 46930 (idle): \"MainThread\"\n    wait (torch/utils/file_baton.py:42)\n"
+     "    _jit_compile (torch/utils/cpp_extension.py:1522)\n    jit_load (deepspeed/ops/op_builder/builder.py:480)",
+     "extension_build_failed"),
+    ("FileNotFoundError: [Errno 2] No such file or directory: '/data/VOCdevkit/VOC2007/ImageSets/Main/trainval.txt'",
+     "dataset_missing"),
+    ("RuntimeError: Distributed package doesn't have NCCL built in\n  File \"/Users/me/Library/Python/3.9/lib/python/"
+     "site-packages/torch/distributed/distributed_c10d.py\", line 895, in init_process_group", "unknown"),
+    ("(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed "
+     "due to other reasons at node", "killed_by_signal"),
+    ("RuntimeError: 'weight' must be 2-D\nParameter containing:\ntensor([], device='cuda:1', dtype=torch.float16)",
+     "deepspeed_config"),
 ]
+
+
+def test_log_shapes_p2p_stall_exploding_loss_scale_warmup():
+    """Verdicts from the log's shape: a stop while NCCL connects peers over P2P (the P2P hang, `hang` second), a
+    logged loss climbing to many times its low, and the fp16 loss scale still settling from 2^32 (no failure)."""
+    p2p = classify_text("\n".join(["host:1:2 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
+                                   "host:1:2 [0] NCCL INFO Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC",
+                                   "host:1:2 [1] NCCL INFO Channel 00 : 1[1c000] -> 2[1d000] via P2P/IPC"]))
+    assert p2p.category == "rccl_p2p_or_iommu" and p2p.playbook == "disable-p2p"
+    assert p2p.alternatives[0]["category"] == "hang"
+    done = classify_text("host:1:2 [0] NCCL INFO Channel 00 : 0[1b000] -> 1[1c000] via P2P/IPC\n"
+                         "host:1:2 [0] NCCL INFO comm 0x55 rank 0 nranks 4 cudaDev 0 busId 1b000 - Init COMPLETE\n"
+                         " 10%|█         | 10/100 [01:43<15:04, 10.05s/it]")
+    assert done.category == "hang"
+    rising = classify_text("{'loss': 2.1851, 'learning_rate': 0.0002, 'epoch': 0.14}\n"
+                           "{'loss': 3.3851, 'learning_rate': 0.0002, 'epoch': 0.29}\n"
+                           "{'loss': 9.2042, 'learning_rate': 0.0002, 'epoch': 0.43}\n"
+                           "{'loss': 50.7927, 'learning_rate': 0.0002, 'epoch': 0.57}\n")
+    assert rising.category == "nan_or_divergent_loss" and rising.signature == "hf-log-loss-exploding"
+    steady = classify_text("{'loss': 2.1851, 'epoch': 0.14}\n{'loss': 1.3851, 'epoch': 0.29}\n{'loss': 1.2042, 'epoch': 0.43}\n")
+    assert steady.category != "nan_or_divergent_loss"
+    warm = "\n".join(f"[2024-09-11 17:52:18,030] [INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 "
+                     f"Skipping step. Attempted loss scale: {2 ** k}, reducing to {2 ** (k - 1)}" for k in (32, 31, 30))
+    assert classify_text(warm).category == "unknown"
+    collapsed = ("[INFO] [loss_scaler.py:183:update_scale] [deepspeed] OVERFLOW! Rank 0 Skipping step. Attempted loss "
+                 "scale: 64, reducing to 32")
+    assert classify_text(collapsed).category == "nan_or_divergent_loss"
+    glued = ("Training Epochs:   1%|▌      | 11/2000 [00:57<2:54:28,  5.26s/itMemory access fault by GPU node-1 (Agent "
+             "handle: 0x380a6dd0) on address 0x77f7e7600000. Reason: Page not present or supervisor privilege.51 "
+             "[00:04<00:00, 30.92it/s]\nAborted (core dumped)")
+    assert classify_text(glued).category == "gpu_hw_fault"
 
 
 def test_ddp_parameter_usage_picks_its_remedy():
@@ -737,7 +829,7 @@ def test_site_signatures_file(tmp_path):
 
 
 def test_collected_corpus_accuracy():
-    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 1644 issues, each with its URL and
+    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 1829 issues, each with its URL and
     the fix its thread established; the blind sets among them, misses included). `other:*` entries are failures outside the
     taxonomy: `unknown` is right, and a confident category for one is the costly mistake, so few are allowed."""
     rows = [json.loads(x) for x in (DATA / "failure-corpus.jsonl").read_text().splitlines() if x.strip()]
@@ -749,8 +841,8 @@ def test_collected_corpus_accuracy():
         good += c.category == want
         if r["category"].startswith("other:") and c.category != "unknown":
             wrong_other.append((r["id"], c.category))
-    # a regression guard below today's 84.6 % (1391/1644): the blind sets joined with their misses, not tuned away
-    assert good / len(rows) >= 0.84, f"{good}/{len(rows)}"
+    # a regression guard below today's 85.1 % (1556/1829): the blind sets joined with their misses, not tuned away
+    assert good / len(rows) >= 0.845, f"{good}/{len(rows)}"
     n_other = sum(r["category"].startswith("other:") for r in rows)
     # 9 of 38: logs whose evidence is a known category's symptom (a stall at init, a GPU reset, an HSA hardware
     # exception, a corrupt weights file) while the thread found another cause behind it; a quarter at most

@@ -165,6 +165,27 @@ def test_a_kill_by_the_oom_killer_stops_at_once():
     assert isinstance(logged, Stop) and "OOM-killer line" in logged.reason
 
 
+DL_KILLED = ("Traceback (most recent call last):\n"
+             '  File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", line 1130, in _try_get_data\n'
+             "    data = self._data_queue.get(timeout=timeout)\n"
+             "RuntimeError: DataLoader worker (pid 2637) is killed by signal: Killed.\n")
+
+
+def test_a_killed_dataloader_worker_loads_in_the_main_process():
+    """The OOM killer taking a DataLoader worker names its remedy (no workers), ahead of a blind retry and even
+    where the kill was recorded; with no workers left to remove, the kill rules decide as for any other kill."""
+    c = cfg(CFG + "dataloader_num_workers: 8\npreprocessing_num_workers: 16\n")
+    d = decide("killed_by_signal", log=DL_KILLED, config=c, checkpoints=ck(2))
+    assert isinstance(d, Retry) and d.playbooks[0] == "dataloader-no-workers"
+    assert d.config["dataloader_num_workers"] == 0 and d.config["preprocessing_num_workers"] == 1
+    assert d.resume_from == "/run/out/checkpoint-2" and c["dataloader_num_workers"] == 8  # the input is untouched
+    again = decide("killed_by_signal", log=DL_KILLED, config=d.config, applied=["dataloader-no-workers"],
+                   history=["killed_by_signal", "killed_by_signal"])
+    assert isinstance(again, Stop) and "twice" in again.reason
+    none_left = decide("killed_by_signal", log=DL_KILLED)
+    assert isinstance(none_left, Retry) and none_left.playbooks in ([], ["keep-progress"]) and "unchanged" in none_left.note
+
+
 def test_deepspeeds_loss_scaler_raising_moves_fp16_to_bf16():
     """A traceback ending in DeepSpeed's loss scaler (its exception line cut off) is the fp16 scale collapsing: the
     frame rule names fp16-to-bf16, which the policy applies before any other divergence remedy."""

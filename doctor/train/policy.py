@@ -8,7 +8,8 @@ The rules:
 - a deterministic failure (dataset, model path, template, DeepSpeed JSON, ...) stops at once: a retry
   cannot fix it;
 - a kill by a signal is retried once unchanged, resuming; twice stops; a kill the OOM killer's own record
-  explains (host RAM: the cgroup's oom_kill counter, the kernel log) stops at once, saying so;
+  explains (host RAM: the cgroup's oom_kill counter, the kernel log) stops at once, saying so; a kill whose
+  evidence names a remedy (a DataLoader worker killed: ``dataloader-no-workers``) gets that playbook first;
 - a hang (the watchdog stopped a run that made no progress while idle) is retried once unchanged, resuming;
   a second hang stops with the diagnosis (RCCL first when the ranks sat in a collective);
 - a GPU fault is never retried on the same GPUs: with a spare GPU the ``exclude-gpu`` playbook moves the run
@@ -77,6 +78,23 @@ class Stop:
     reason: str
 
 
+def _named_playbook(failure: Failure, config: Any, playbooks: list[Playbook], applied: list[str],
+                    model_config: dict[str, Any] | None) -> tuple[Playbook, Any, Any] | None:
+    """The playbook the classification itself names (a signature's own remedy) applied to a copy of
+    ``config``: (playbook, outcome, patched copy) when it is automatic, not used up and changes something;
+    else None, and the category's own rule decides."""
+    named = getattr(failure.classification, "playbook", None)
+    for pb in playbooks:
+        if pb.id != named or not pb.auto or (pb.id in applied and not pb.repeatable):
+            continue
+        trial = clone(config)
+        out = apply(pb, trial, PatchInput(classification=failure.classification, model_config=model_config,
+                                          applied=list(applied)))
+        if out.changed and not out.stop:
+            return pb, out, trial
+    return None
+
+
 def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: list[str],
                  playbooks: list[Playbook], checkpoints: list[tuple[int, Path, bool]] | None,
                  model_config: dict[str, Any] | None = None) -> Retry | Stop:
@@ -92,7 +110,16 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
     env: dict[str, str] = {}
     note = ""
     resume_ok = True
-    if cat == "killed_by_signal":
+    named = _named_playbook(failure, new, playbooks, applied, model_config) if cat == "killed_by_signal" else None
+    if named is not None:
+        # the kill's own evidence names a remedy (a DataLoader worker the OOM killer took: no workers)
+        pb, out, new = named
+        names.append(pb.id)
+        changes += out.changes
+        env.update(out.env)
+        resume_ok = pb.resume
+        note = f"{pb.title}: the signal's evidence names this remedy."
+    elif cat == "killed_by_signal":
         oom = failure.host_oom or ("the log carries the kernel's OOM-killer line"
                                    if getattr(failure.classification, "signature", None) == "host-oom-killer" else "")
         if oom:
