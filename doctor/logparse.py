@@ -211,11 +211,16 @@ def _parse_one(idx: list[int], lines: list[str], k: int) -> tuple[list[Frame], i
     """Frames from ``k`` (just after the ``Traceback`` line) up to the exception line; returns its position."""
     frames: list[Frame] = []
     n = len(idx)
+    frame_indent = 0
     while k < n:
         ln = lines[idx[k]]
         f = _frame(ln)
+        indent = len(ln) - len(ln.lstrip())
         if f is not None:
             frames.append(f)
+            frame_indent = indent
+        elif frames and 0 < indent < frame_indent and EXC_LINE.match(ln):
+            break  # a traceback pasted indented as a whole: its exception line sits left of the frames
         elif frames and not frames[-1].code and ln.startswith((" ", "\t")) and ln.strip() \
                 and not re.match(r"^\s*[\^~]+\s*$", ln):
             frames[-1].code = ln.strip()[:300]
