@@ -549,12 +549,14 @@ def _loss_hits(log: ParsedLog) -> list[_Hit]:
             return hits
         if loss:
             seen_positive = True
-    losses = [float(v["loss"]) for _, v in log.hf_logs if isinstance(v.get("loss"), (int, float)) and v["loss"] == v["loss"]]
-    if len(losses) >= 3 and losses[-1] >= 10 and losses[-1] >= 5 * min(losses[:-1]) and losses[-1] > losses[-2]:
-        # no NaN yet, but the logged loss climbing to several times its low: the run is diverging
-        i = [i for i, v in log.hf_logs if v.get("loss") == losses[-1]][-1]
-        hits.append(_Hit("nan_or_divergent_loss", C_LOSS_EXPLODING * W_LOSS, i, "hf-log-loss-exploding",
-                         {"loss": str(losses[-1]), "lowest": str(min(losses[:-1]))}))
+    logged = [(i, float(v["loss"])) for i, v in log.hf_logs
+              if isinstance(v.get("loss"), (int, float)) and v["loss"] == v["loss"]]
+    if len(logged) >= 3:
+        (i, last), lowest = logged[-1], min(x for _, x in logged[:-1])
+        if last >= 10 and last >= 5 * lowest and last > logged[-2][1]:
+            # no NaN yet, but the logged loss climbing to several times its low: the run is diverging
+            hits.append(_Hit("nan_or_divergent_loss", C_LOSS_EXPLODING * W_LOSS, i, "hf-log-loss-exploding",
+                             {"loss": str(last), "lowest": str(lowest)}))
     return hits
 
 
@@ -675,14 +677,14 @@ def _progress(ln: str) -> bool:
     return bool(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln))
 
 
-def _stalled(log: ParsedLog) -> _Hit | None:
+def _stalled(log: ParsedLog) -> list[_Hit]:
     """A log that shows a run at work and then simply stops, with no error anywhere and no sign of the run
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
     body = [ln for ln in log.lines if ln.strip()]
     # a warning record is no error ("[WARNING] Unable to find hostfile, will proceed ...")
     if not body or any(ERRORISH.search(ln) and not WARNING_RECORD.search(ln) for ln in body) \
             or any(SUCCESS.search(ln) for ln in body):
-        return None
+        return []
 
     last = body[-1]
 
@@ -695,16 +697,17 @@ def _stalled(log: ParsedLog) -> _Hit | None:
     if P2P_SETUP.search(last) and not any(NCCL_READY.search(ln) for ln in body):
         # NCCL/RCCL stopped while connecting peers over P2P/IPC and never finished: the classic peer-to-peer
         # hang (IOMMU not in passthrough, ACS on the PCIe path, a board without working P2P)
-        return _Hit("rccl_p2p_or_iommu", C_P2P_STALL, len(log.lines) - 1, "hang-at-p2p-setup")
+        return [_Hit("rccl_p2p_or_iommu", C_P2P_STALL, len(log.lines) - 1, "hang-at-p2p-setup"),
+                _Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")]
     if at_work(last) or (record and (len(body) >= 3 or any(at_work(ln) for ln in body[-3:]))):
-        return _Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")
-    return None
+        return [_Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")]
+    return []
 
 
 # NCCL's init lines connecting two ranks through peer-to-peer (P2P/IPC, P2P/CUMEM, P2P/direct pointer)
 P2P_SETUP = re.compile(r"NCCL INFO (?:Channel|Ring|Tree|Trees)\b.*\bvia P2P/")
 # ... and those saying a communicator is up (training went on after the P2P setup)
-NCCL_READY = re.compile(r"NCCL INFO .*(?:Init COMPLETE|init done|comm \S+ rank \d+ nranks \d+ .* - Init COMPLETE)")
+NCCL_READY = re.compile(r"NCCL INFO .*(?:Init COMPLETE|init done)")
 
 
 def _refuses_bf16(log: ParsedLog, top: _Hit) -> bool:
@@ -766,11 +769,7 @@ def classify_text(text: str, exit_code: int | None = None, signal_name: str | No
         if silent is not None:
             ranked = [silent] + ranked
     if not ranked or ranked[0].score < THRESHOLD:
-        stalled = _stalled(log)
-        if stalled is not None:
-            ranked = [stalled] + ranked
-            if stalled.category == "rccl_p2p_or_iommu":
-                ranked.insert(1, _Hit("hang", C_STALL, stalled.line, "log-ends-without-error"))
+        ranked = _stalled(log) + ranked
     if not ranked or ranked[0].score < THRESHOLD:
         c = cat.categories["unknown"]
         tail = [ln.strip()[:500] for ln in log.lines if ln.strip()][-3:]

@@ -78,20 +78,31 @@ class Stop:
     reason: str
 
 
+def _usable(pb: Playbook, applied: list[str]) -> bool:
+    """Automatic, and not applied on an earlier attempt unless it may repeat."""
+    return pb.auto and (pb.id not in applied or pb.repeatable)
+
+
+def _trial(pb: Playbook, config: Any, failure: Failure, applied: list[str],
+           model_config: dict[str, Any] | None) -> tuple[Any, Any]:
+    """``pb`` applied to a copy of ``config``: (its outcome, the patched copy); ``config`` is untouched."""
+    trial = clone(config)
+    out = apply(pb, trial, PatchInput(classification=failure.classification, model_config=model_config,
+                                      applied=list(applied)))
+    return out, trial
+
+
 def _named_playbook(failure: Failure, config: Any, playbooks: list[Playbook], applied: list[str],
                     model_config: dict[str, Any] | None) -> tuple[Playbook, Any, Any] | None:
     """The playbook the classification itself names (a signature's own remedy) applied to a copy of
-    ``config``: (playbook, outcome, patched copy) when it is automatic, not used up and changes something;
-    else None, and the category's own rule decides."""
+    ``config``: (playbook, outcome, patched copy) when it is usable and changes something; else None, and
+    the category's own rule decides."""
     named = getattr(failure.classification, "playbook", None)
     for pb in playbooks:
-        if pb.id != named or not pb.auto or (pb.id in applied and not pb.repeatable):
-            continue
-        trial = clone(config)
-        out = apply(pb, trial, PatchInput(classification=failure.classification, model_config=model_config,
-                                          applied=list(applied)))
-        if out.changed and not out.stop:
-            return pb, out, trial
+        if pb.id == named and _usable(pb, applied):
+            out, trial = _trial(pb, config, failure, applied, model_config)
+            if out.changed and not out.stop:
+                return pb, out, trial
     return None
 
 
@@ -155,15 +166,13 @@ def next_attempt(failure: Failure, config: Any, *, history: list[str], applied: 
         chosen = None
         held = None
         for pb in playbooks:
-            if not pb.auto or (pb.id in applied and not pb.repeatable):
+            if not _usable(pb, applied):
                 continue
             if pb.id == "bf16-to-fp16" and cat == "bf16_unsupported" and failure.bf16_ok \
                     and pb.id not in failure.allowed:
                 held = pb.id  # the GPU runs bf16: a library's check refused it, fp16 would only hide that
                 continue
-            trial = clone(new)
-            out = apply(pb, trial, PatchInput(classification=failure.classification, model_config=model_config,
-                                              applied=list(applied)))
+            out, trial = _trial(pb, new, failure, applied, model_config)
             if out.stop:
                 return Stop(f"{pb.id}: {out.stop}")
             if out.changed:
