@@ -830,6 +830,27 @@ _OOM_FIGURES = re.compile(r"Tried to allocate ([\d.]+) ?([GMK])i?B.{0,160}?of wh
 _UNIT = {"K": 1 / 2**20, "M": 1 / 1024, "G": 1.0}
 
 
+# Work one rank does alone while the others wait in a collective: the trainers' and LLaMA-Factory's own log
+# lines (transformers `Saving model checkpoint to`, `***** Running Evaluation *****`; torchtune `Saving
+# checkpoint`; DeepSpeed's 16-bit gather at save; peft's merge) and the frames of such a call.
+_SINGLE_RANK_WORK = re.compile(
+    r"(?P<what>Saving model checkpoint|Saving checkpoint|[Ss]aving (?:the )?(?:final )?model|save_pretrained|"
+    r"_save_checkpoint|save_16bit_model|stage3_gather_16bit_weights_on_model_save|full model state dict|"
+    r"merge_and_unload|[Mm]erging (?:the )?(?:LoRA|adapter|lora)|Running Evaluation|evaluation_loop)")
+
+
+def _single_rank_work(log: ParsedLog, line: int) -> str | None:
+    """What single-rank work (a save, an evaluation, a merge) the log shows just before the timeout at `line`.
+
+    transformers documents `ddp_timeout` for exactly this: slow operations on one rank. A timeout with no such
+    work before it is a stalled rank, where a longer timeout only waits longer."""
+    lo = max(0, line - 40)
+    for text in reversed(log.lines[lo:line + 40]):
+        if (m := _SINGLE_RANK_WORK.search(text)):
+            return f"`{m.group('what')}`"
+    return None
+
+
 def _free_beside_oom(window: str) -> str | None:
     """The free memory torch's OOM message reports when it dwarfs the request (ten times it and 8 GiB or more):
     the allocation failed for another reason than a full GPU. None for every ordinary OOM (a fragmented or full
@@ -881,6 +902,11 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
             seq = details["seq_num"] = int(m.group(1))
             if seq < 50:
                 summary += f" SeqNum {seq} is early: rank 0 was most likely still preprocessing; raise ddp_timeout."
+            elif (work := _single_rank_work(log, top.line)):
+                details["during"] = work
+                summary += (f" SeqNum {seq} is mid-training, right after the log shows {work}: one rank was busy alone "
+                            "(saving, gathering or merging weights, evaluating) past the timeout while the others "
+                            "waited in the collective. Raise ddp_timeout so that work fits in it.")
             else:
                 summary += (f" SeqNum {seq} is mid-training: one rank stopped issuing collectives (hang, straggler or a "
                             "dead link); raising ddp_timeout alone rarely helps.")

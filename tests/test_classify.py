@@ -97,6 +97,19 @@ def test_early_vs_late_collective_timeout():
     assert "preprocessing" in early.summary and "mid-training" in late.summary
 
 
+def test_late_timeout_while_one_rank_saves_raises_the_timeout():
+    # torchtune's own save lines, then the other ranks' watchdog (pytorch/torchtune PR thread, corpus blind34-a3)
+    saving = ("[INFO|trainer.py:3984] 2025-04-30 05:00:01,101 >> Saving model checkpoint to saves/qwen/checkpoint-500\n"
+              "[rank4]:[E430 05:09:48.828088908 ProcessGroupNCCL.cpp:632] [Rank 4] Watchdog caught collective "
+              "operation timeout: WorkNCCL(SeqNum=9387, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, "
+              "Timeout(ms)=600000) ran for 600005 milliseconds before timing out.")
+    c = classify_text(saving)
+    assert c.playbook == "raise-ddp-timeout" and c.auto_fix and "Saving model checkpoint" in c.details["during"]
+    # the same timeout with only training steps before it is a stalled rank
+    stalled = saving.replace("Saving model checkpoint to saves/qwen/checkpoint-500", "{'loss': 1.02, 'epoch': 0.4}")
+    assert classify_text(stalled).playbook is None
+
+
 def test_training_yaml_to_wrong_subcommand():
     c = classify_text("ValueError: Some keys are not used by the HfArgumentParser: "
                       "['do_train', 'learning_rate', 'num_train_epochs', 'output_dir', 'stage']")
