@@ -693,7 +693,7 @@ def _stalled(log: ParsedLog) -> list[_Hit]:
 
     # a bar or a loss record is the run at work even alone (what users paste of a stuck run); a plain log record
     # at the end needs a bar just before it or a few lines of context before a silent end reads as a stall
-    record = bool(LOG_RECORD.match(last) or INFO_RECORD.search(last) or "NCCL INFO" in last)
+    record = bool(log.stamped or LOG_RECORD.match(last) or INFO_RECORD.search(last) or "NCCL INFO" in last)
     if P2P_SETUP.search(last) and not any(NCCL_READY.search(ln) for ln in body):
         # NCCL/RCCL stopped while connecting peers over P2P/IPC and never finished: the classic peer-to-peer
         # hang (IOMMU not in passthrough, ACS on the PCIe path, a board without working P2P)

@@ -34,6 +34,11 @@ RANK_PREFIX = re.compile(r"^\s*(?:\[\d+\]\s*)?\[(?:rank|default)\s*(\d+)\]:\s?|^
 SRUN_PREFIX = re.compile(r"^\s{0,2}(\d{1,4}): (?=Traceback|\s+File \"|\[?[A-Za-z_][\w.]*(?:Error|Exception)\b)")
 HOST_PREFIX = re.compile(r"^([A-Za-z][\w.-]{1,62}): (?=Traceback \(most|\s+File \"|[A-Za-z_][\w.]*(?:Error|Exception)\b|"
                          r"\[(?:rank|default)\d+\]:)")
+# the UTC stamp GitHub Actions, Kubernetes (`kubectl logs --timestamps`) and Docker (`docker logs -t`) put before
+# every line: a traceback pasted from them is a traceback like any other
+CI_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
+# a line a reporter set in Markdown bold in the issue ("**TypeError: ...**"): the text inside is the log's
+MD_BOLD = re.compile(r"^\s*\*\*(?=[^*\s])(.*[^*\s])\*\*\s*$")
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
 IPY_FRAME = re.compile(r"^\s*File (\S+?\.py):(\d+)(?:, in (.+))?")  # IPython / rich tracebacks
@@ -127,6 +132,7 @@ class ParsedLog:
     quoted: list[Exc] = field(default_factory=list)      # `raise X("...")` source lines
     hf_logs: list[tuple[int, dict[str, float]]] = field(default_factory=list)
     launcher: dict[str, Any] = field(default_factory=dict)
+    stamped: bool = False  # the lines carried a CI/container UTC stamp: each one is a timed record
 
     def window(self, i: int, before: int = 40, after: int = 15) -> str:
         return "\n".join(self.lines[max(0, i - before): i + after])
@@ -160,14 +166,15 @@ GLUED = re.compile(r"(?<=[\]\w%])\s*(?=\[(?:rank|default)\d+\]:|Traceback \(most
                    r"(?:WARNING|ERROR|INFO|CRITICAL):[\w.]+:)")
 
 
-def clean(text: str) -> tuple[list[str], list[int | None]]:
-    """Lines as a terminal showed them, prefixes stripped, each line's rank."""
+def clean(text: str) -> tuple[list[str], list[int | None], bool]:
+    """Lines as a terminal showed them, prefixes stripped, each line's rank; whether CI stamps were stripped."""
     text = ANSI.sub("", text)
     lines: list[str] = []
     ranks: list[int | None] = []
     raws: list[str] = []
     for raw in text.split("\n"):
         raws += GLUED.split(raw) if len(raw) > 40 and GLUED.search(raw) else [raw]
+    stamped = False
     host_prefix = ""  # "worker-3: " once a host's traceback started: its source lines carry it too
     for raw in raws:
         if "\r" in raw:
@@ -175,6 +182,10 @@ def clean(text: str) -> tuple[list[str], list[int | None]]:
             # keep every segment that carries an error, else the last (what the terminal showed)
             keep = [p for p in parts if re.search(r"error|exception|nan|killed|traceback", p, re.I)] or parts[-1:]
             raw = " ".join(keep)
+        if (m := CI_STAMP.match(raw)):
+            raw, stamped = raw[m.end():], True
+        if (m := MD_BOLD.match(raw)):
+            raw = m.group(1)
         rank = None
         m = RANK_PREFIX.match(raw)
         if m:
@@ -193,7 +204,7 @@ def clean(text: str) -> tuple[list[str], list[int | None]]:
                     raw = raw[len(host_prefix):]
         lines.append(raw[:MAX_LINE].rstrip())
         ranks.append(rank)
-    return lines, ranks
+    return lines, ranks, stamped
 
 
 def _frame(line: str) -> Frame | None:
@@ -351,8 +362,8 @@ def hf_log_values(line: str) -> dict[str, float] | None:
 
 
 def parse(text: str) -> ParsedLog:
-    lines, ranks = clean(text)
-    log = ParsedLog(lines, ranks)
+    lines, ranks, stamped = clean(text)
+    log = ParsedLog(lines, ranks, stamped=stamped)
     streams: dict[int | None, list[int]] = {}
     for i, r in enumerate(ranks):
         streams.setdefault(r, []).append(i)

@@ -736,6 +736,31 @@ LIBRARY_MESSAGES = [
      "shm_exhausted"),
     ("RuntimeError: 'weight' must be 2-D\nParameter containing:\ntensor([], device='cuda:1', dtype=torch.float16)",
      "deepspeed_config"),
+    # hipErrorInvalidImage's own string (lemonade-sdk/llamacpp-rocm#92); the CUDA one beside a too-old driver is no arch
+    ("ggml_cuda_compute_forward: SCALE failed\nROCm error: device kernel image is invalid", "hip_invalid_device_function"),
+    ("RuntimeError: Triton Error [CUDA]: device kernel image is invalid", "unknown"),
+    # amdgpu's MODE1 reset in dmesg (ROCm/ROCm#5508)
+    ("kernel: amdgpu 0000:28:00.0: amdgpu: GPU mode1 reset\nkernel: [drm] VRAM is lost due to GPU reset!", "gpu_hw_fault"),
+    # an extension built against a CUDA torch, loaded into a ROCm torch (pytorch/pytorch#139410)
+    ('  File "/venv/lib/python3.10/site-packages/torch/_ops.py", line 1350, in load_library\n    ctypes.CDLL(path)\n'
+     "OSError: libtorch_cuda.so: cannot open shared object file: No such file or directory", "dependency_version"),
+    # torch's own warning is all a CUDA wheel on a machine without an NVIDIA driver leaves (microsoft/superbenchmark#520)
+    ("/opt/conda/lib/python3.8/site-packages/torch/cuda/__init__.py:52: UserWarning: CUDA initialization: Found no NVIDIA "
+     "driver on your system. Please check that you have an NVIDIA GPU and installed a driver", "gpu_not_detected"),
+    ("UserWarning: CUDA initialization: The NVIDIA driver on your system is too old (found version 11000).", "unknown"),
+    # a traceback from a GitHub Actions log, every line stamped (ROCm/TheRock#1119)
+    ("2025-07-24T19:49:48.0372026Z Traceback (most recent call last):\n"
+     '2025-07-24T19:49:48.0373089Z   File "/opt/python/lib/python3.11/site-packages/torch/__init__.py", line 424, in <module>\n'
+     "2025-07-24T19:49:48.0374545Z     from torch._C import *  # noqa: F403\n"
+     "2025-07-24T19:49:48.0375552Z ImportError: libamdhip64.so.7: cannot open shared object file: No such file or directory",
+     "dependency_version"),
+    # LLaVA's own warning when the conversation template does not fit the tokenizer (Victorwz/LLaVA-Llama-3#1)
+    ("WARNING: tokenization mismatch: 55 vs. 54. (ignored)\nWARNING: tokenization mismatch: 60 vs. 59. (ignored)",
+     "template_or_tokenizer"),
+    # a traceback's last line set in Markdown bold in the issue (jingyaogong/minimind#85)
+    ('  File "D:\\envs\\lib\\site-packages\\transformers\\utils\\deprecation.py", line 165, in wrapped_func\n'
+     "    return func(*args, **kwargs)\n**TypeError: __init__() got an unexpected keyword argument 'beta'**",
+     "dependency_version"),
 ]
 
 
