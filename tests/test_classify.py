@@ -761,6 +761,32 @@ LIBRARY_MESSAGES = [
     ('  File "D:\\envs\\lib\\site-packages\\transformers\\utils\\deprecation.py", line 165, in wrapped_func\n'
      "    return func(*args, **kwargs)\n**TypeError: __init__() got an unexpected keyword argument 'beta'**",
      "dependency_version"),
+    # a token id past the embedding table (huggingface/transformers#25503; inductor's form: gau-nernst/quantized-training#1)
+    ("../aten/src/ATen/native/cuda/Indexing.cu:1146: indexSelectLargeIndex: block: [112,0,0], thread: [72,0,0] "
+     "Assertion `srcIndex < srcSelectDimSize` failed.", "template_or_tokenizer"),
+    ("unknown:0: unknown: block: [0,0,0], thread: [31,0,0] Assertion `index out of bounds: 0 <= tmp4 < 16000` failed.",
+     "template_or_tokenizer"),
+    # cuBLAS without a bf16 GEMM for this GPU (hiyouga/LlamaFactory#4856)
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasGemmStridedBatchedEx(handle, opa, opb, "
+     "(int)m, (int)n, (int)k, (void*)&falpha, a, CUDA_R_16BF, (int)lda, stridea, b, CUDA_R_16BF`", "bf16_unsupported"),
+    ("RuntimeError: CUDA error: CUBLAS_STATUS_NOT_SUPPORTED when calling `cublasSgemm(handle, opa, opb, m, n, k)`",
+     "unknown"),
+    # apex installed without its CUDA extensions, or built for another CUDA (facebookresearch/SpanBERT#43, NVIDIA/apex#228)
+    ('  File "/envs/lib/python3.6/site-packages/apex/optimizers/fused_adam.py", line 40, in __init__\n'
+     "ModuleNotFoundError: No module named 'fused_adam_cuda'", "extension_build_failed"),
+    ('  File "/envs/lib/python3.6/site-packages/apex/optimizers/fused_adam.py", line 40, in __init__\n'
+     '    fused_adam_cuda = importlib.import_module("fused_adam_cuda")\n'
+     '  File "<frozen importlib._bootstrap>", line 219, in _call_with_frames_removed\n'
+     "ImportError: libcudart.so.9.0: cannot open shared object file: No such file or directory", "extension_build_failed"),
+    # torch's fuser compiling a kernel at run time (aim-uofa/AdelaiDet#345); MIOpen's own HIPRTC kernels are no such case
+    ("RuntimeError: nvrtc: error: failed to load builtins for compute_75.\nnvrtc compilation failed:", "extension_build_failed"),
+    ("MIOpen(HIP): Error [BuildHip] HIPRTC status = HIPRTC_ERROR_COMPILATION (6), source file: MIOpenBatchNormFwdTrainSpatialHIP.cpp",
+     "unknown"),
+    # Triton's own toolchain missing (pytorch/pytorch#95407)
+    ("torch._dynamo.exc.BackendCompilerFailed: debug_wrapper raised RuntimeError: Cannot find ptxas", "dependency_version"),
+    # the GPU faulted in a stock kernel and stays unusable until a reboot (fishaudio/fish-speech#390)
+    ("RuntimeError: CUDA error: unspecified launch failure\nCUDA kernel errors might be asynchronously reported at some "
+     "other API call, so the stacktrace below might be incorrect.", "gpu_hw_fault"),
 ]
 
 
