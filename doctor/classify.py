@@ -677,6 +677,12 @@ def _progress(ln: str) -> bool:
     return bool(PROGRESS_BAR.search(ln) or re.search(r"\d+%\|", ln) or STEP_LINE.search(ln))
 
 
+# accelerate/utils/other.py (check_os_kernel) warns that Linux before 5.5 "can cause the process to hang": a log
+# that stops, error-free, right after it stopped where accelerate said it might
+OLD_KERNEL = re.compile(r"Detected kernel version [\d.]+, which is below the recommended minimum of [\d.]+; this can "
+                        r"cause the process to hang")
+
+
 def _stalled(log: ParsedLog) -> list[_Hit]:
     """A log that shows a run at work and then simply stops, with no error anywhere and no sign of the run
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
@@ -699,7 +705,7 @@ def _stalled(log: ParsedLog) -> list[_Hit]:
         # hang (IOMMU not in passthrough, ACS on the PCIe path, a board without working P2P)
         return [_Hit("rccl_p2p_or_iommu", C_P2P_STALL, len(log.lines) - 1, "hang-at-p2p-setup"),
                 _Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")]
-    if at_work(last) or (record and (len(body) >= 3 or any(at_work(ln) for ln in body[-3:]))):
+    if at_work(last) or OLD_KERNEL.search(last) or (record and (len(body) >= 3 or any(at_work(ln) for ln in body[-3:]))):
         return [_Hit("hang", C_STALL, len(log.lines) - 1, "log-ends-without-error")]
     return []
 
@@ -987,7 +993,8 @@ STRUCTURAL = [
      "`Init COMPLETE` after it: the peer-to-peer hang (IOMMU passthrough, ACS); `hang` is the alternative"),
     ("log-ends-without-error", "hang", C_STALL,
      "no error, no sign of the run finishing, and the last line is the run at work (a progress bar, a step, a "
-     "loss record; an INFO record after a bar or a few lines of log)"),
+     "loss record; an INFO record after a bar or a few lines of log; accelerate's warning that this Linux kernel "
+     "can hang the process)"),
 ]
 
 

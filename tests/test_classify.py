@@ -787,6 +787,21 @@ LIBRARY_MESSAGES = [
     # the GPU faulted in a stock kernel and stays unusable until a reboot (fishaudio/fish-speech#390)
     ("RuntimeError: CUDA error: unspecified launch failure\nCUDA kernel errors might be asynchronously reported at some "
      "other API call, so the stacktrace below might be incorrect.", "gpu_hw_fault"),
+    # LLaMA-Factory's own refusal of a stage it does not know (JingbiaoMei/RGCL#10)
+    ('    raise ValueError(f"Unknown task: {finetuning_args.stage}.")\nValueError: Unknown task: sft_mm.', "config_invalid"),
+    # a library's own code naming what a quietly failed optional import never bound (ali-vilab/ACE_plus#95)
+    ('  File "/root/myenv/lib/python3.10/site-packages/swift/tuners/lora.py", line 70, in save_pretrained\n'
+     "    super(peft.LoraConfig, self).save_pretrained(save_directory, **kwargs)\nNameError: name 'peft' is not defined",
+     "dependency_version"),
+    ('  File "/home/u/train.py", line 70, in main\n    run(cfg)\nNameError: name \'cfg\' is not defined', "unknown"),
+    # the log stops, error-free, right after accelerate warned this kernel can hang (hiyouga/LlamaFactory#8118) ...
+    ("[INFO|2025-05-20 09:42:14] llamafactory.model.loader:143 >> trainable params: 20,185,088 || all params: "
+     "7,635,801,600 || trainable%: 0.2643\nDetected kernel version 4.18.0, which is below the recommended minimum of "
+     "5.5.0; this can cause the process to hang", "hang"),
+    # ... but a traceback after the same warning is the failure (hiyouga/LlamaFactory#5529)
+    ("Detected kernel version 5.4.0, which is below the recommended minimum of 5.5.0; this can cause the process to "
+     "hang.\nTraceback (most recent call last):\n  File \"/x/train.py\", line 3, in <module>\n"
+     "RuntimeError: Something exploded here", "unknown"),
 ]
 
 
