@@ -802,6 +802,9 @@ LIBRARY_MESSAGES = [
     ("Detected kernel version 5.4.0, which is below the recommended minimum of 5.5.0; this can cause the process to "
      "hang.\nTraceback (most recent call last):\n  File \"/x/train.py\", line 3, in <module>\n"
      "RuntimeError: Something exploded here", "unknown"),
+    # peft's adapter API of another release under LLaMA-Factory's PPO reward adapter (hiyouga/LlamaFactory#762, #1069)
+    ('  File "/opt/conda/lib/python3.8/site-packages/peft/tuners/tuners_utils.py", line 192, in inject_adapter\n'
+     "    peft_config = self.peft_config[adapter_name]\nKeyError: 'reward'", "dependency_version"),
 ]
 
 
