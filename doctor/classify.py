@@ -659,6 +659,8 @@ def _candidates(cat: Catalog, log: ParsedLog) -> list[_Hit]:
 ERRORISH = re.compile(r"error|exception|traceback|\bfail|fatal|killed|abort|segmentation|core dumped|denied|"
                       r"cannot|can't|unable to|invalid|timed? ?out|no such file|not found|"
                       r"closing signal|SIG(?:HUP|TERM|INT)\b", re.I)  # torch elastic tearing the job down: no silent stop
+# torch elastic stopping the other ranks after one died: a warning record by level, an error by what it says
+TEARDOWN = re.compile(r"Sending process \d+ closing signal SIG\w+")
 # a logger's warning record, with or without a timestamp before it (torch elastic's W-records excluded: their
 # "closing signal" lines are a job being torn down)
 WARNING_RECORD = re.compile(r"^\s*\[?(?:WARNING|WARN)\b|\[WARNING\]|\| WARNING \||^\s*\S*WARNING\S*:\S")
@@ -688,7 +690,7 @@ def _stalled(log: ParsedLog) -> list[_Hit]:
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
     body = [ln for ln in log.lines if ln.strip()]
     # a warning record is no error ("[WARNING] Unable to find hostfile, will proceed ...")
-    if not body or any(ERRORISH.search(ln) and not WARNING_RECORD.search(ln) for ln in body) \
+    if not body or any(ERRORISH.search(ln) and (not WARNING_RECORD.search(ln) or TEARDOWN.search(ln)) for ln in body) \
             or any(SUCCESS.search(ln) for ln in body):
         return []
 

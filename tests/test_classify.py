@@ -805,6 +805,9 @@ LIBRARY_MESSAGES = [
     # peft's adapter API of another release under LLaMA-Factory's PPO reward adapter (hiyouga/LlamaFactory#762, #1069)
     ('  File "/opt/conda/lib/python3.8/site-packages/peft/tuners/tuners_utils.py", line 192, in inject_adapter\n'
      "    peft_config = self.peft_config[adapter_name]\nKeyError: 'reward'", "dependency_version"),
+    # torch elastic's teardown in its older [WARNING] record form is a rank that died, not a run that stalled
+    ("\n".join(f"[2024-10-28 06:14:36,06{i}] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process "
+               f"59858{i} closing signal SIGTERM" for i in range(4)), "unknown"),
 ]
 
 
