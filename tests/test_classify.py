@@ -808,6 +808,15 @@ LIBRARY_MESSAGES = [
     # torch elastic's teardown in its older [WARNING] record form is a rank that died, not a run that stalled
     ("\n".join(f"[2024-10-28 06:14:36,06{i}] torch.distributed.elastic.multiprocessing.api: [WARNING] Sending process "
                f"59858{i} closing signal SIGTERM" for i in range(4)), "unknown"),
+    # torch's own launch-time messages (deepspeedai/DeepSpeed#1481, ultralytics/yolov5#4574, babylm/baseline-pretraining#2)
+    ("RuntimeError: ProcessGroupNCCL is only supported with GPUs, no GPUs found!", "gpu_not_detected"),
+    ("Waiting in store based barrier to initialize process group for rank: 0, key: store_based_barrier_key:1 "
+     "(world_size=4, worker_count=8, timeout=0:30:00)", "network_or_rendezvous"),
+    ("general_train.py: error: unrecognized arguments: --local-rank=0", "dependency_version"),
+    # DeepSpeed started without a launcher falls back to MPI discovery (InternLM/xtuner#592)
+    ('  File "/envs/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 677, in mpi_discovery\n'
+     "    from mpi4py import MPI\nModuleNotFoundError: No module named 'mpi4py'", "deepspeed_config"),
+    ("ValueError: No slot '1' specified on host 'localhost'", "deepspeed_config"),
 ]
 
 
