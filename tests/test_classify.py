@@ -817,6 +817,10 @@ LIBRARY_MESSAGES = [
     ('  File "/envs/lib/python3.10/site-packages/deepspeed/comm/comm.py", line 677, in mpi_discovery\n'
      "    from mpi4py import MPI\nModuleNotFoundError: No module named 'mpi4py'", "deepspeed_config"),
     ("ValueError: No slot '1' specified on host 'localhost'", "deepspeed_config"),
+    # transformers converting a SentencePiece tokenizer without the package (songmzhang/DSKD#14)
+    ("[rank0]: ValueError: Couldn't instantiate the backend tokenizer from one of: \n[rank0]: (1) a `tokenizers` library "
+     "serialization file, \n[rank0]: You need to have sentencepiece installed to convert a slow tokenizer to a fast one.",
+     "dependency_version"),
 ]
 
 
