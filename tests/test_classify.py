@@ -821,6 +821,11 @@ LIBRARY_MESSAGES = [
     ("[rank0]: ValueError: Couldn't instantiate the backend tokenizer from one of: \n[rank0]: (1) a `tokenizers` library "
      "serialization file, \n[rank0]: You need to have sentencepiece installed to convert a slow tokenizer to a fast one.",
      "dependency_version"),
+    # peft and bitsandbytes of releases that do not match (huggingface/peft#1209); peft refusing to merge into 4-bit
+    # weights (bitsandbytes-foundation/bitsandbytes#430); autotrain without a GPU (huggingface/autotrain-advanced#382)
+    ("AttributeError: 'Linear4bit' object has no attribute 'compute_dtype'", "dependency_version"),
+    ('ValueError: Cannot merge LORA layers when the model is loaded in 8-bit mode', "config_invalid"),
+    ('ValueError: No GPU/MPS device found. LLM training requires an accelerator', "gpu_not_detected"),
 ]
 
 
