@@ -826,6 +826,10 @@ LIBRARY_MESSAGES = [
     ("AttributeError: 'Linear4bit' object has no attribute 'compute_dtype'", "dependency_version"),
     ('ValueError: Cannot merge LORA layers when the model is loaded in 8-bit mode', "config_invalid"),
     ('ValueError: No GPU/MPS device found. LLM training requires an accelerator', "gpu_not_detected"),
+    # Ray's memory monitor in its longer form, with "out of memory" in it: host RAM, not the GPU (OpenRLHF/OpenRLHF#911)
+    ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
+     "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on "
+     "this node or reducing task parallelism by requesting more CPUs per task.", "killed_by_signal"),
 ]
 
 
