@@ -961,7 +961,7 @@ def test_site_signatures_file(tmp_path):
 
 
 def test_collected_corpus_accuracy():
-    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 1829 issues, each with its URL and
+    """The project's own corpus of real logs (tests/data/failure-corpus.jsonl: 2022 issues, each with its URL and
     the fix its thread established; the blind sets among them, misses included). `other:*` entries are failures outside the
     taxonomy: `unknown` is right, and a confident category for one is the costly mistake, so few are allowed."""
     rows = [json.loads(x) for x in (DATA / "failure-corpus.jsonl").read_text().splitlines() if x.strip()]
@@ -973,8 +973,8 @@ def test_collected_corpus_accuracy():
         good += c.category == want
         if r["category"].startswith("other:") and c.category != "unknown":
             wrong_other.append((r["id"], c.category))
-    # a regression guard below today's 85.2 % (1558/1829): the blind sets joined with their misses, not tuned away
-    assert good / len(rows) >= 0.845, f"{good}/{len(rows)}"
+    # a regression guard below today's 84.3 % (1704/2022): the blind sets joined with their misses, not tuned away
+    assert good / len(rows) >= 0.835, f"{good}/{len(rows)}"
     n_other = sum(r["category"].startswith("other:") for r in rows)
     # 9 of 38: logs whose evidence is a known category's symptom (a stall at init, a GPU reset, an HSA hardware
     # exception, a corrupt weights file) while the thread found another cause behind it; a quarter at most
