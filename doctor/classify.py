@@ -848,10 +848,12 @@ _SINGLE_RANK_WORK = re.compile(
 
 
 def _single_rank_work(log: ParsedLog, line: int) -> str | None:
-    """What single-rank work (a save, an evaluation, a merge) the log shows just before the timeout at `line`.
+    """What single-rank work (a save, an evaluation, a merge) the log shows around the timeout at `line`: the
+    trainer's own lines in the 40 before it, or the frames of the failed rank's traceback in the 40 after it (the
+    nearest to the end wins).
 
     transformers documents `ddp_timeout` for exactly this: slow operations on one rank. A timeout with no such
-    work before it is a stalled rank, where a longer timeout only waits longer."""
+    work around it is a stalled rank, where a longer timeout only waits longer."""
     lo = max(0, line - 40)
     for text in reversed(log.lines[lo:line + 40]):
         if (m := _SINGLE_RANK_WORK.search(text)):
@@ -912,7 +914,7 @@ def _verdict(cat: Catalog, log: ParsedLog, top: _Hit, alts: list[_Hit]) -> Class
                 summary += f" SeqNum {seq} is early: rank 0 was most likely still preprocessing; raise ddp_timeout."
             elif (work := _single_rank_work(log, top.line)):
                 details["during"] = work
-                summary += (f" SeqNum {seq} is mid-training, right after the log shows {work}: one rank was busy alone "
+                summary += (f" SeqNum {seq} is mid-training, beside {work} in the log: one rank was busy alone "
                             "(saving, gathering or merging weights, evaluating) past the timeout while the others "
                             "waited in the collective. Raise ddp_timeout so that work fits in it.")
             else:
