@@ -661,6 +661,8 @@ ERRORISH = re.compile(r"error|exception|traceback|\bfail|fatal|killed|abort|segm
                       r"closing signal|SIG(?:HUP|TERM|INT)\b", re.I)  # torch elastic tearing the job down: no silent stop
 # torch elastic stopping the other ranks after one died: a warning record by level, an error by what it says
 TEARDOWN = re.compile(r"Sending process \d+ closing signal SIG\w+")
+# NCCL's own INFO record (`host:pid:tid [dev] NCCL INFO ...`): its problems come as NCCL WARN records
+NCCL_INFO = re.compile(r"\bNCCL INFO\b")
 # a logger's warning record, with or without a timestamp before it (torch elastic's W-records excluded: their
 # "closing signal" lines are a job being torn down)
 WARNING_RECORD = re.compile(r"^\s*\[?(?:WARNING|WARN)\b|\[WARNING\]|\| WARNING \||^\s*\S*WARNING\S*:\S")
@@ -690,7 +692,9 @@ def _stalled(log: ParsedLog) -> list[_Hit]:
     finishing: what a hang leaves behind (the process was killed from outside, the log cut)."""
     body = [ln for ln in log.lines if ln.strip()]
     # a warning record is no error ("[WARNING] Unable to find hostfile, will proceed ...")
-    if not body or any(ERRORISH.search(ln) and (not WARNING_RECORD.search(ln) or TEARDOWN.search(ln)) for ln in body) \
+    # nor is an NCCL INFO record (its net plugin "cannot open shared object file" on every run without one)
+    if not body or any(ERRORISH.search(ln) and not NCCL_INFO.search(ln)
+                       and (not WARNING_RECORD.search(ln) or TEARDOWN.search(ln)) for ln in body) \
             or any(SUCCESS.search(ln) for ln in body):
         return []
 
