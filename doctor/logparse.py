@@ -41,7 +41,7 @@ CI_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
 MD_BOLD = re.compile(r"^\s*\*\*(?=[^*\s])(.*[^*\s])\*\*\s*$")
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
 FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
-IPY_FRAME = re.compile(r"^\s*File (\S+?\.py):(\d+)(?:, in (.+))?")  # IPython / rich tracebacks
+IPY_FRAME = re.compile(r"^\s*File (\S+?\.py|<[\w.-]+>):(\d+)(?:, in (.+))?")  # IPython / rich tracebacks
 CHAIN_CONTEXT = re.compile(r"During handling of the above exception, another exception occurred")
 CHAIN_CAUSE = re.compile(r"The above exception was the direct cause of the following exception")
 EXC_LINE = re.compile(r"^\s*(?:E\s+)?((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault|"
@@ -101,8 +101,11 @@ class Exc:
 
     @property
     def package(self) -> str:
-        """The package that raised it: the innermost frame's ('user' for the script's own code)."""
-        return self.frames[-1].package if self.frames else ""
+        """The package that raised it: the innermost frame's ('user' for the script's own code). Code a library
+        generated at run time (``File "<string>"``: unsloth's patched trainer loop, a dataclass's ``__init__``) has
+        no file of its own: the frame that called into it names the package."""
+        real = [f for f in self.frames if f.package != GENERATED]
+        return (real or self.frames)[-1].package if self.frames else ""
 
     @property
     def packages(self) -> list[str]:
@@ -143,7 +146,12 @@ class ParsedLog:
         return sorted(out, key=lambda e: e.line_no)
 
 
+GENERATED = "generated"  # the package of a frame in code exec'd from a string
+
+
 def package_of(path: str) -> str:
+    if path == "<string>" or re.fullmatch(r"<\w+-gen-\d+>", path):  # exec'd code, decorator's generated wrappers
+        return GENERATED
     m = SITE.search(path)
     if m:
         return m.group(1)

@@ -830,6 +830,23 @@ LIBRARY_MESSAGES = [
     ("(ActorModelRayActor pid=8249) Refer to the documentation on how to address the out of memory issue: "
      "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on "
      "this node or reducing task parallelism by requesting more CPUs per task.", "killed_by_signal"),
+    # torch's heartbeat monitor: a CUDA/NCCL call that never returned, a hang, though its advice names a timeout
+    # variable (yflyzhang/simpleR1#1); the collective timeout beside it stays one
+    ("[rank0]:[E608 14:09:10.210136079 ProcessGroupNCCL.cpp:1484] [PG ID 0 PG GUID 0(default_pg) Rank 0] "
+     "ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress in monitoring enqueued "
+     "collectives. This typically indicates a NCCL/CUDA API (e.g., CudaEventDestroy) hang blocking the watchdog. "
+     "If you suspect the watchdog is not actually stuck and a longer timeout would help, you can either increase the "
+     "timeout (TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC) to a larger value", "hang"),
+    ("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
+     "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800470 milliseconds "
+     "before timing out.", "nccl_rccl_timeout"),
+    # unsloth's trainer loop is exec'd from a string (`File <string>:262`): the frame that called it names the
+    # package, so a call of another release's arity is a version mismatch (unslothai/notebooks#16)
+    ("TypeError                                 Traceback (most recent call last)\n"
+     "File ~/env/lib/python3.11/site-packages/transformers/trainer.py:2245, in Trainer.train(self)\n"
+     "-> 2245     return inner_training_loop(\n\n"
+     "File <string>:262, in _fast_inner_training_loop(self, batch_size, args)\n\n"
+     "TypeError: _unsloth_get_batch_samples() takes 3 positional arguments but 4 were given", "dependency_version"),
 ]
 
 
