@@ -57,7 +57,7 @@ HF_DICT = re.compile(r"\{'(?:loss|train_loss|grad_norm|eval_loss)'.*?\}")
 HF_ITEM = re.compile(r"'(\w+)': '?([^,'}]*)'?")
 SITE = re.compile(r"(?:site|dist)-packages[/\\]([A-Za-z_][\w]*)")
 # llmtuner: LLaMA-Factory's package name before 0.6 (src/llmtuner/...), still in many pasted logs
-SRC_PKG = re.compile(r"[/\\]src[/\\](llamafactory|llmtuner|transformers|peft|trl|accelerate|deepspeed|torch)[/\\]")
+SRC_PKG = re.compile(r"[/\\]src[/\\](llamafactory|llmtuner|transformers|peft|trl|accelerate|deepspeed|torch|datasets)[/\\]")
 # a traceback's quoted source line that raises (the evidence left when a paste is cut before the exception)
 QUOTED_RAISE = re.compile(r"^\s*(?:-*>\s*)?(?:\d+\s+)?raise ((?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*)\(\s*(?:f|r|rf|fr)?[\"'](.{8,}?)(?:[\"']\s*(?:\+|%|\)|,|\.format).*)?$")
 WRAPPERS = {"ChildFailedError", "CalledProcessError", "SignalException", "KeyboardInterrupt", "SystemExit"}
@@ -162,7 +162,7 @@ def package_of(path: str) -> str:
     if p.startswith("<frozen") or re.search(r"/(?:lib/)?python3\.\d+/(?!.*-packages/)", p):
         return "stdlib"
     for pkg in ("llamafactory", "transformers", "deepspeed", "torch", "peft", "trl", "accelerate", "bitsandbytes",
-                "flash_attn", "datasets", "triton"):
+                "flash_attn", "triton"):
         if f"/{pkg}/" in p:
             return pkg
     return "user"

@@ -840,6 +840,15 @@ LIBRARY_MESSAGES = [
     ("[rank1]:[E ProcessGroupNCCL.cpp:563] [Rank 1] Watchdog caught collective operation timeout: "
      "WorkNCCL(SeqNum=4, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800470 milliseconds "
      "before timing out.", "nccl_rccl_timeout"),
+    # a num_proc map worker of HF datasets died without an error of its own (unslothai/unsloth-zoo#88) ...
+    ('  File "/venv/lib/python3.11/site-packages/datasets/utils/py_utils.py", line 711, in iflatmap_unordered\n'
+     "    raise RuntimeError(\nRuntimeError: One of the subprocesses has abruptly died during map operation.To debug "
+     "the error, disable multiprocessing.", "killed_by_signal"),
+    # ... while a project's own datasets/ folder is no HF datasets frame (microsoft/SoftTeacher#105)
+    ('  File "/workspace/mmdetection/mmdet/datasets/coco.py", line 59, in load_annotations\n'
+     "    info['filename'] = info['file_name']\nKeyError: 'file_name'", "unknown"),
+    ('  File "/opt/conda/lib/python3.10/site-packages/datasets/load.py", line 1810, in load_dataset\n'
+     "    builder_instance = load_dataset_builder(\nKeyError: 'file_name'", "dataset_missing"),
     # unsloth's trainer loop is exec'd from a string (`File <string>:262`): the frame that called it names the
     # package, so a call of another release's arity is a version mismatch (unslothai/notebooks#16)
     ("TypeError                                 Traceback (most recent call last)\n"
