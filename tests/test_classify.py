@@ -849,6 +849,29 @@ LIBRARY_MESSAGES = [
      "    info['filename'] = info['file_name']\nKeyError: 'file_name'", "unknown"),
     ('  File "/opt/conda/lib/python3.10/site-packages/datasets/load.py", line 1810, in load_dataset\n'
      "    builder_instance = load_dataset_builder(\nKeyError: 'file_name'", "dataset_missing"),
+    # resolvers that find no installable release: uv (Nerogar/OneTrainer#1381), pip's index search
+    ("  × No solution found when resolving dependencies:\n  ╰─▶ Because torch==2.9.1+rocm6.3 has no wheels with a "
+     "matching platform\n      tag (e.g., `win_amd64`) and you require torch==2.9.1+rocm6.3, we can\n      conclude "
+     "that your requirements are unsatisfiable.", "dependency_version"),
+    ("ERROR: Could not find a version that satisfies the requirement torch==2.3.0+rocm6.0 (from versions: 2.5.1)\n"
+     "ERROR: No matching distribution found for torch==2.3.0+rocm6.0", "dependency_version"),
+    # TensorFlow's allocator (tensorflow/tensorflow#1355); bitsandbytes' int8 matmul on a GPU without it
+    # (broncotc/bitsandbytes-rocm#1)
+    ("W tensorflow/core/common_runtime/executor.cc:1076] 0x18ef02bb0 Compute status: Resource exhausted: OOM when "
+     "allocating tensor with shape[4096,4096]", "oom"),
+    ("=============================================\nERROR: Your GPU does not support Int8 Matmul!\n"
+     "=============================================\n\npython3: /dockerx/bitsandbytes-rocm/csrc/ops.cu:347: int "
+     "igemmlt(cublasLtHandle_t, int, int, int): Assertion `false' failed.\nAborted (core dumped)",
+     "bitsandbytes_unavailable"),
+    # a label past the classes trips a device-side assert; NCCL's abort after it is fallout, not the cause
+    # (huggingface/pytorch-image-models#1077)
+    ("ScatterGatherKernel.cu:276: operator(): block: [0,0,0], thread: [26,0,0] Assertion `idx_dim >= 0 && idx_dim < "
+     "index_size && \"index out of bounds\"` failed.\nRuntimeError: CUDA error: device-side assert triggered\n"
+     "terminate called after throwing an instance of 'c10::Error'\n  what():  NCCL error in: "
+     "../torch/csrc/distributed/c10d/NCCLUtils.hpp:181, unhandled cuda error, NCCL version 21.0.3", "unknown"),
+    # xformers selected but not installed: attention without it (bmaltais/kohya_ss#3139)
+    ('  File "/kohya_ss/library/train_util.py", line 2880, in replace_unet_cross_attn_to_xformers\n'
+     "    import xformers.ops\nModuleNotFoundError: No module named 'xformers'", "flash_attn_failure"),
     # unsloth's trainer loop is exec'd from a string (`File <string>:262`): the frame that called it names the
     # package, so a call of another release's arity is a version mismatch (unslothai/notebooks#16)
     ("TypeError                                 Traceback (most recent call last)\n"
