@@ -40,7 +40,8 @@ CI_STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z ")
 # a line a reporter set in Markdown bold in the issue ("**TypeError: ...**"): the text inside is the log's
 MD_BOLD = re.compile(r"^\s*\*\*(?=[^*\s])(.*[^*\s])\*\*\s*$")
 TRACEBACK = re.compile(r"^\s*Traceback \(most recent call last\):")
-FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+)(?:, in (.+))?')
+# a frame; its quotes escaped (`File \"/x.py\"`) where a log was pasted out of a JSON string
+FRAME = re.compile(r'^\s*File \\?"([^"]+?)\\?", line (\d+)(?:, in (.+))?')
 IPY_FRAME = re.compile(r"^\s*File (\S+?\.py|<[\w.-]+>):(\d+)(?:, in (.+))?")  # IPython / rich tracebacks
 CHAIN_CONTEXT = re.compile(r"During handling of the above exception, another exception occurred")
 CHAIN_CAUSE = re.compile(r"The above exception was the direct cause of the following exception")

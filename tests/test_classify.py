@@ -872,6 +872,15 @@ LIBRARY_MESSAGES = [
     # xformers selected but not installed: attention without it (bmaltais/kohya_ss#3139)
     ('  File "/kohya_ss/library/train_util.py", line 2880, in replace_unet_cross_attn_to_xformers\n'
      "    import xformers.ops\nModuleNotFoundError: No module named 'xformers'", "flash_attn_failure"),
+    # Lightning's words for DDP's unused parameters (chemprop/chemprop#853)
+    ("RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
+     "returned by training_step. If this is intentional, you must enable the detection of unused parameters in DDP",
+     "ddp_unused_parameters"),
+    # a traceback pasted out of a JSON string keeps its frames (`File \\"...\\"`): the rendezvous backend raised
+    # (meta-pytorch/torchx#540)
+    ('  File \\"/opt/conda/lib/python3.9/site-packages/torch/distributed/elastic/rendezvous/'
+     'c10d_rendezvous_backend.py\\", line 113, in _call_store\n'
+     "    return getattr(self._store, store_op)(*args, **kwargs)\nRuntimeError: Broken pipe", "network_or_rendezvous"),
     # unsloth's trainer loop is exec'd from a string (`File <string>:262`): the frame that called it names the
     # package, so a call of another release's arity is a version mismatch (unslothai/notebooks#16)
     ("TypeError                                 Traceback (most recent call last)\n"
