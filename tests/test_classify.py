@@ -872,6 +872,13 @@ LIBRARY_MESSAGES = [
     # xformers selected but not installed: attention without it (bmaltais/kohya_ss#3139)
     ('  File "/kohya_ss/library/train_util.py", line 2880, in replace_unet_cross_attn_to_xformers\n'
      "    import xformers.ops\nModuleNotFoundError: No module named 'xformers'", "flash_attn_failure"),
+    # a torchvision of another torch build (meta-llama/llama-cookbook#710); a torch wheel without CUDA asked for a
+    # GPU (OpenNMT/OpenNMT-py#2014)
+    ("RuntimeError: Failed to import transformers.models.auto.processing_auto because of the following error (look up "
+     "to see its traceback):\noperator torchvision::nms does not exist", "dependency_version"),
+    ('  File "/Library/Python/3.7/site-packages/torch/cuda/__init__.py", line 281, in set_device\n'
+     "    torch._C._cuda_setDevice(device)\nAttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
+     "gpu_not_detected"),
     # Lightning's words for DDP's unused parameters (chemprop/chemprop#853)
     ("RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
      "returned by training_step. If this is intentional, you must enable the detection of unused parameters in DDP",
