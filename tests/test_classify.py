@@ -879,6 +879,15 @@ LIBRARY_MESSAGES = [
     ('  File "/Library/Python/3.7/site-packages/torch/cuda/__init__.py", line 281, in set_device\n'
      "    torch._C._cuda_setDevice(device)\nAttributeError: module 'torch._C' has no attribute '_cuda_setDevice'",
      "gpu_not_detected"),
+    # xformers refusing the flash-attn beside it (unslothai/unsloth#2763); DeepSpeed given a ZeRO-2 config for a
+    # model without an optimizer (huggingface/trl#825); a Hub 404 for a name that is no local folder
+    # (HandsOnLLM/Hands-On-Large-Language-Models#31), a dataset's 404 staying a dataset's
+    ("ImportError: Requires Flash-Attention version >=2.7.1,<=2.7.4 but got 2.8.0.post2.", "dependency_version"),
+    ("AssertionError: zero stage 2 requires an optimizer", "deepspeed_config"),
+    ("HTTPError: 404 Client Error: Not Found for url: https://huggingface.co/TinyLlama-1.1B-qlora/resolve/main/"
+     "adapter_config.json", "model_path_or_hub"),
+    ("HTTPError: 404 Client Error: Not Found for url: https://huggingface.co/datasets/foo/bar/resolve/main/x.json",
+     "dataset_missing"),
     # Lightning's words for DDP's unused parameters (chemprop/chemprop#853)
     ("RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
      "returned by training_step. If this is intentional, you must enable the detection of unused parameters in DDP",
