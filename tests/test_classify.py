@@ -336,6 +336,11 @@ def test_recognised_failures_outside_every_category_say_what_they_are():
                       "stage3_prefetch_bucket_size\n  Input should be a valid integer, got a number with a fractional part "
                       "[type=int_from_float, input_value=8493465.600000001, input_type=float]\n")
     assert c.category == "dependency_version", (c.category, c.signature)
+    # weights saved from ZeRO-3 shards without gathering them: no setting of this run fixes the saved files
+    c = classify_text("RuntimeError: Error(s) in loading state_dict for OPTForCausalLM:\n\tsize mismatch for "
+                      "model.decoder.layers.26.fc1.weight: copying a param with shape torch.Size([0]) from checkpoint, "
+                      "the shape in current model is torch.Size([10240, 2560]).\n")
+    assert c.category == "unknown" and c.signature == "zero3-empty-params-saved" and "zero_to_fp32" in c.summary
 
 
 # Messages as the libraries raise or print them, from the blind sets' misses: unsloth's loader, accelerate's DeepSpeed
@@ -888,6 +893,14 @@ LIBRARY_MESSAGES = [
      "adapter_config.json", "model_path_or_hub"),
     ("HTTPError: 404 Client Error: Not Found for url: https://huggingface.co/datasets/foo/bar/resolve/main/x.json",
      "dataset_missing"),
+    # DeepSpeed's launcher: password-less ssh to a hostfile entry failed (deepspeedai/DeepSpeed#4907); transformers
+    # reaching into an accelerate of another release (huggingface/accelerate#2181); an extension's sources that do
+    # not build (hipify left a CUDA type, deepspeedai/DeepSpeed#6795)
+    ("subprocess.CalledProcessError: Command 'ssh -o PasswordAuthentication=no 192.168.3.100 hostname' returned "
+     "non-zero exit status 255.", "network_or_rendezvous"),
+    ("AttributeError: 'Accelerator' object has no attribute 'deepspeed_config'", "dependency_version"),
+    ("csrc/quantization/quantize.cu:12:5: error: unknown type name 'cublasGemmAlgo_t'; did you mean "
+     "'hipblasGemmAlgo_t'?", "extension_build_failed"),
     # Lightning's words for DDP's unused parameters (chemprop/chemprop#853)
     ("RuntimeError: It looks like your LightningModule has parameters that were not used in producing the loss "
      "returned by training_step. If this is intentional, you must enable the detection of unused parameters in DDP",
