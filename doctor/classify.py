@@ -68,7 +68,7 @@ class Signature:
     type: re.Pattern[str] | None = None
     package: re.Pattern[str] | None = None
     extract: dict[str, str] = field(default_factory=dict)
-    refine: list[tuple[str, str]] = field(default_factory=list)
+    refine: list[tuple[str, str, bool]] = field(default_factory=list)  # (regex, category, over the whole log)
     source: str = ""
     curated: bool = True
     warning: bool = False              # may match a warning line (a library warns just before it fails)
@@ -274,7 +274,8 @@ def _signature(d: dict[str, Any], curated: bool, source: str, validate: bool = F
             confidence=float(d.get("confidence", 0.7)), where=str(d.get("where", "exception")),
             type=_rx(d.get("type")), package=_rx(d.get("package")),
             extract={k: str(v) for k, v in (d.get("extract") or {}).items()},
-            refine=[(str(r["near"]), str(r["category"])) for r in d.get("refine") or []],
+            refine=[(str(r.get("near") or r["in_log"]), str(r["category"]), "near" not in r)
+                    for r in d.get("refine") or []],
             source=str(d.get("source", "")), curated=curated, warning=bool(d.get("warning", False)),
             playbook=d.get("playbook"),
             anchors=d["anchors"] if "anchors" in d else None)
@@ -473,8 +474,8 @@ def _refined(sig: Signature, log: ParsedLog, exc: Exc | None, line: int) -> str:
     if not sig.refine:
         return sig.category
     ctx = _context(log, exc, line)
-    for near, cat in sig.refine:
-        if re.search(near, ctx, re.I):
+    for near, cat, whole in sig.refine:
+        if re.search(near, "\n".join(log.lines) if whole else ctx, re.I):
             return cat
     return sig.category
 

@@ -69,7 +69,11 @@ WRITTEN = [
                                  "/opt/venv/lib/python3.10/site-packages/bitsandbytes/libbitsandbytes_rocm62.so"),
     ("nccl_rccl_timeout", "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
                           "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"),
-    ("bf16_unsupported", "ValueError: fp16 mixed precision requires a GPU (not 'cpu')."),
+    # fp16 asked where torch sees no GPU: the GPU is what is missing, and dropping fp16 would train on the CPU ...
+    ("gpu_not_detected", "ValueError: fp16 mixed precision requires a GPU (not 'cpu')."),
+    # ... but on a Mac the device is MPS, where fp16 AMP is refused: train without it
+    ("bf16_unsupported", '  File "/Users/me/venv/lib/python3.11/site-packages/accelerate/accelerator.py", line 472, in '
+                         "__init__\nValueError: fp16 mixed precision requires a GPU (not 'mps')."),
     ("flash_attn_failure", '  File "/x/llamafactory/model/model_utils/attention.py", line 83, in configure_attn_implementation\n'
                            "    raise NotImplementedError(f\"Unknown attention type: {model_args.flash_attn}\")\n"
                            "NotImplementedError: Unknown attention type: fa3"),
@@ -378,7 +382,7 @@ LIBRARY_MESSAGES = [
      "extension_build_failed"),
     ("ValueError: FP16 Mixed precision training with AMP or APEX (`--fp16`) and FP16 half precision "
      "evaluation (`--fp16_full_eval`) can only be used on CUDA or NPU devices.",
-     "bf16_unsupported"),
+     "gpu_not_detected"),
     ("ValueError: Please specify which `template` to use.", "template_or_tokenizer"),
     ("ptxas /tmp/compile-ptx-src-b5bf24, line 392; error   : Feature '.bf16' requires .target sm_80 "
      "or higher",
@@ -1095,7 +1099,7 @@ def test_every_builtin_signature_compiles_and_matches_its_own_message():
         assert sig.pattern  # compiles
         if sig.id in lib:
             assert sig.pattern.search(lib[sig.id]["message"].replace("{}", "X")), sig.id
-        for near, _ in sig.refine:
+        for near, _, _ in sig.refine:
             re.compile(near)
 
 
